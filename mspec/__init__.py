@@ -1,0 +1,37 @@
+"""mspec: multi-draft speculative sampling, from the paper to running code.
+
+Reference: Khisti, Ebrahimi, Dbouk, Behboodi, Memisevic, Louizos, "Multi-Draft Speculative
+Sampling: Canonical Decomposition and Theoretical Limits", ICLR 2025 (arXiv 2410.18234).
+The paper writes the draft distribution as ``p`` and the target as ``q``; every public
+function here takes them as ``draft=`` and ``target=``.
+"""
+
+from .distributions import check_distribution, distribution_from_logits
+from .exact import output_distribution
+from .registry import SCHEMES, get_scheme, make_scheme
+from .selection import Selection, SelectionScheme
+from .single import SingleDraft, single_draft_acceptance, single_draft_sample
+from .specinfer import SpecInfer, specinfer_acceptance, specinfer_sample
+from .spectr import SpecTr, spectr_acceptance, spectr_sample
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SCHEMES",
+    "Selection",
+    "SelectionScheme",
+    "SingleDraft",
+    "SpecInfer",
+    "SpecTr",
+    "check_distribution",
+    "distribution_from_logits",
+    "get_scheme",
+    "make_scheme",
+    "output_distribution",
+    "single_draft_acceptance",
+    "single_draft_sample",
+    "specinfer_acceptance",
+    "specinfer_sample",
+    "spectr_acceptance",
+    "spectr_sample",
+]

@@ -1,0 +1,64 @@
+"""Token-level speed of the baseline schemes at OPT's vocabulary, as ratios to single-draft.
+
+For each scheme and K it times, with the set-up (validation, SpecTr's rho search, ...)
+included: one selection step (build the scheme for a position, then ``sample`` the
+drafted tokens) and one exact-acceptance computation. Both are printed as ratios to one
+single-draft step measured in the same run. Goal: every baseline step within 3x of a
+single-draft step (they are all O(K V)).
+"""
+
+import numpy as np
+
+from ..registry import make_scheme
+from . import lm_like_pair, median_time
+
+OPT_VOCAB = 50272
+
+
+def add_arguments(parser):
+    parser.add_argument("--vocab", type=int, default=OPT_VOCAB, help="vocabulary size V (default: OPT's 50272)")
+    parser.add_argument("--drafts", type=int, nargs="+", default=[2, 4, 8], help="values of K")
+    parser.add_argument("--schemes", nargs="+", default=["specinfer", "spectr"], help="multi-draft schemes to time")
+    parser.add_argument("--repeats", type=int, default=200, help="timed calls per figure (median is printed)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def step_timer(name, draft, target, k, rng, *, params=None):
+    """A function that performs one selection step on freshly drafted tokens."""
+    drafts = rng.choice(draft.size, size=(256, k), p=draft)
+    counter = iter(range(10**9))
+
+    def step():
+        tokens = drafts[next(counter) % len(drafts)]
+        return make_scheme(name, draft=draft, target=target, num_drafts=k, **(params or {})).sample(tokens, rng)
+
+    return step
+
+
+def run(args):
+    rng = np.random.default_rng(args.seed)
+    draft, target = lm_like_pair(args.vocab, seed=args.seed)
+    single_step = median_time(step_timer("single", draft, target, 1, rng), repeats=args.repeats)
+    single_acc = median_time(
+        lambda: make_scheme("single", draft=draft, target=target).acceptance(), repeats=args.repeats
+    )
+    print(f"V = {args.vocab}; synthetic LM-like draft/target (draft at temperature 1.5)")
+    print(f"single-draft: step {single_step * 1e6:8.1f} us, exact acceptance {single_acc * 1e6:8.1f} us "
+          f"(acceptance {make_scheme('single', draft=draft, target=target).acceptance():.4f})")
+    print(f"{'scheme':<10} {'K':>2} {'step us':>9} {'step/single':>12} {'accept us':>10} {'acc/single':>11} "
+          f"{'acceptance':>10}  goal (step <= 3x)")
+    worst = 0.0
+    for name in args.schemes:
+        for k in args.drafts:
+            step = median_time(step_timer(name, draft, target, k, rng), repeats=args.repeats)
+            scheme = make_scheme(name, draft=draft, target=target, num_drafts=k)
+            acc = median_time(
+                lambda: make_scheme(name, draft=draft, target=target, num_drafts=k).acceptance(),
+                repeats=args.repeats,
+            )
+            ratio = step / single_step
+            worst = max(worst, ratio)
+            print(f"{name:<10} {k:>2} {step * 1e6:9.1f} {ratio:12.2f} {acc * 1e6:10.1f} {acc / single_step:11.2f} "
+                  f"{scheme.acceptance():10.4f}  {'ok' if ratio <= 3 else 'MISSED'}")
+    print(f"worst step ratio: {worst:.2f}x single-draft (goal <= 3x)")
+    return 0

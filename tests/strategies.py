@@ -1,0 +1,45 @@
+"""Hypothesis strategies shared by the test modules (paper notation: draft p, target q)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+# weights: exact zeros appear often, so degenerate supports get exercised
+_weight = st.one_of(st.just(0.0), st.floats(min_value=1e-3, max_value=1.0))
+
+
+@st.composite
+def distributions(draw, vocab_size: int) -> np.ndarray:
+    """A probability vector of shape ``(vocab_size,)``, possibly with zeros or one-hot."""
+    weights = np.array(draw(st.lists(_weight, min_size=vocab_size, max_size=vocab_size)))
+    if weights.sum() == 0:
+        weights[draw(st.integers(0, vocab_size - 1))] = 1.0
+    return weights / weights.sum()
+
+
+@st.composite
+def draft_target(draw, *, max_vocab: int = 6, max_drafts: int = 4, identical: bool | None = None):
+    """``(draft, target, K)``: draft is ``(V,)`` when identical else ``(K, V)``."""
+    vocab = draw(st.integers(1, max_vocab))
+    k = draw(st.integers(1, max_drafts))
+    same = draw(st.booleans()) if identical is None else identical
+    target = draw(distributions(vocab))
+    if draw(st.integers(0, 9)) == 0:  # draft == target now and then
+        return (target if same else np.tile(target, (k, 1))), target, k
+    draft = draw(distributions(vocab)) if same else np.stack([draw(distributions(vocab)) for _ in range(k)])
+    return draft, target, k
+
+
+def random_case(rng: np.random.Generator, *, vocab: int, num_drafts: int, identical: bool = True):
+    """A seeded random ``(draft, target)`` with ~1/4 of the entries set to exactly zero."""
+
+    def dist():
+        w = rng.dirichlet(np.full(vocab, 0.7))
+        w[rng.random(vocab) < 0.25] = 0.0
+        if w.sum() == 0:
+            w[rng.integers(vocab)] = 1.0
+        return w / w.sum()
+
+    draft = dist() if identical else np.stack([dist() for _ in range(num_drafts)])
+    return draft, dist()
