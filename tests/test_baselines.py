@@ -279,3 +279,31 @@ def test_subclasses_follow_the_base_interface():
     for cls in mspec.SCHEMES.values():
         assert issubclass(cls, SelectionScheme)
         assert cls.name in mspec.SCHEMES and mspec.SCHEMES[cls.name] is cls
+
+
+def test_spectr_rho_matches_plain_bisection():
+    """The piecewise-Newton root equals the paper's plain bisection on g(rho)."""
+    from mspec.bench import lm_like_pair
+
+    def bisection(p, q, k):
+        def g(rho):
+            beta = np.minimum(p, q / rho).sum()
+            return 1 - (1 - beta) ** k - rho * beta
+
+        lo, hi = 1.0, float(k)
+        if g(lo) <= 0:
+            return lo
+        for _ in range(100):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if g(mid) > 0 else (lo, mid)
+        return hi
+
+    rng = np.random.default_rng(11)
+    cases = [lm_like_pair(v, seed=s) for v, s in [(50, 0), (1000, 1), (20000, 2)]]
+    cases += [random_case(rng, vocab=6, num_drafts=1) for _ in range(100)]
+    for draft, target in cases:
+        for k in (2, 3, 8):
+            rule = mspec.SpecTr(draft=draft, target=target, num_drafts=k)
+            assert rule.rho == pytest.approx(bisection(draft, target, k), abs=1e-9)
+            # the residual is a valid distribution: acceptance never puts more than q(x) on x
+            assert 1 - (1 - rule.beta) ** k <= rule.rho * rule.beta + 1e-15
