@@ -4,10 +4,18 @@ Reference: Khisti, Ebrahimi, Dbouk, Behboodi, Memisevic, Louizos, "Multi-Draft S
 Sampling: Canonical Decomposition and Theoretical Limits", ICLR 2025 (arXiv 2410.18234).
 The paper writes the draft distribution as ``p`` and the target as ``q``; every public
 function here takes them as ``draft=`` and ``target=``.
+
+Token level (numpy/scipy) is imported here; the sequence level (torch + transformers)
+lives in :mod:`mspec.models`, :mod:`mspec.decoding`, :mod:`mspec.data` and
+:mod:`mspec.metrics`, imported explicitly so ``import mspec`` stays light.
 """
 
+from .canonical import CanonicalScheme, solve_canonical_lp
+from .closed_form import acceptance_is_one, figure2_curves, optimal_acceptance
 from .distributions import check_distribution, distribution_from_logits
 from .exact import output_distribution
+from .importance import ImportanceSampling
+from .optimal import LPSolveError, OptimalLP, solve_optimal_lp
 from .registry import SCHEMES, get_scheme, make_scheme
 from .selection import Selection, SelectionScheme
 from .single import SingleDraft, single_draft_acceptance, single_draft_sample
@@ -17,18 +25,27 @@ from .spectr import SpecTr, spectr_acceptance, spectr_sample
 __version__ = "0.1.0"
 
 __all__ = [
+    "CanonicalScheme",
+    "ImportanceSampling",
+    "LPSolveError",
+    "OptimalLP",
     "SCHEMES",
     "Selection",
     "SelectionScheme",
     "SingleDraft",
     "SpecInfer",
     "SpecTr",
+    "acceptance_is_one",
     "check_distribution",
     "distribution_from_logits",
     "get_scheme",
     "make_scheme",
+    "figure2_curves",
+    "optimal_acceptance",
     "output_distribution",
     "single_draft_acceptance",
+    "solve_canonical_lp",
+    "solve_optimal_lp",
     "single_draft_sample",
     "specinfer_acceptance",
     "specinfer_sample",

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from .importance import ImportanceSampling
+from .optimal import OptimalLP
 from .selection import SelectionScheme
 from .single import SingleDraft
 from .specinfer import SpecInfer
@@ -18,6 +20,8 @@ SCHEMES: dict[str, type[SelectionScheme]] = {
     "single": SingleDraft,
     "specinfer": SpecInfer,
     "spectr": SpecTr,
+    "optimal": OptimalLP,
+    "is": ImportanceSampling,
 }
 
 

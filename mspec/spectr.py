@@ -17,11 +17,13 @@ is ``1 - (1 - beta)^K`` and the mass placed on ``x`` by acceptance is
 ``[1, K]`` is the root of ``1 - (1 - beta)^K = rho beta``; acceptance is
 ``1 - (1 - beta(rho*))^K``.
 
-Finding rho* (the paper: bisection). ``beta`` is piecewise of the form ``A + B / rho``:
-with ratios ``r = q/p``, ``A = sum_{r >= rho} p`` and ``B = sum_{r < rho} q``. We keep a
-bisection bracket, but step to the root of the current piece's formula; when the piece
-at that point is unchanged the root is exact. This safeguarded Newton step usually needs
-2-4 O(V) passes instead of ~50. (Deviation from the paper's plain bisection; same root.)
+Finding rho* (the paper: bisection; deviation here, same root). ``beta`` is piecewise of
+the form ``A + B / rho``: with ratios ``r = q/p``, ``A = sum_{r >= rho} p`` and
+``B = sum_{r < rho} q``. Only tokens with ``1 <= r < K`` ever change side -- for LM
+distributions a few percent of the vocabulary -- so we extract that band once, sort it,
+evaluate ``g`` at every breakpoint and solve exactly on the one piece where it changes
+sign. For a very wide band we instead step to the root of the current piece's formula
+inside a bisection bracket (exact once the piece stops changing, usually 2-4 steps).
 """
 
 from __future__ import annotations
@@ -97,40 +99,77 @@ class SpecTr(SelectionScheme):
         return self.selection(tokens, sample_index(self.residual(), rng))
 
 
-def solve_rho(draft: np.ndarray, target: np.ndarray, num_drafts: int) -> tuple[float, float]:
+#: bands of at most this many tokens are solved by sorting; larger ones by Newton steps
+SORT_LIMIT = 8192
+
+
+def solve_rho(draft: np.ndarray, target: np.ndarray, num_drafts: int, *, sort_limit: int = SORT_LIMIT):
     """Smallest ``rho`` in ``[1, K]`` with ``1 - (1 - beta(rho))^K <= rho beta(rho)``.
 
     Args:
         draft: validated ``(V,)`` draft distribution ``p``.
         target: validated ``(V,)`` target distribution ``q``.
         num_drafts: K >= 1.
+        sort_limit: solve exactly by sorting when at most this many tokens have
+            ``1 <= q/p < K``; otherwise use safeguarded Newton steps over the pieces.
 
     Returns:
         ``(rho, beta(rho))``.
     """
     k = num_drafts
     p, q = draft, target
-    # ratio q/p. Tokens with p = 0 are never drafted and must add 0 to beta: q/0 = inf puts
-    # them in the "upper" set (adding p = 0), 0/0 = nan in the lower one (adding q = 0).
+    if k == 1:
+        return 1.0, float(np.minimum(p, q).sum())
+    # ratio q/p. Tokens with p = 0 are never drafted and must add 0 to beta: q/0 = inf
+    # always sits on the p side, 0/0 = nan on no side at all (its q is 0 anyway).
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = q / p
-    upper = np.empty_like(ratio)  # 0/1 indicator of ratio >= rho, reused by every piece
+    # Only tokens with 1 <= ratio < K change side while rho moves over [1, K]; the others
+    # always add p (ratio >= K) or q / rho (ratio < 1) to beta.
+    a_fix = float(np.sum(p, where=ratio >= k))
+    b_fix = float(np.sum(q, where=ratio < 1.0))
+    band = np.flatnonzero((ratio >= 1.0) & (ratio < k))
+    r, pb, qb = ratio[band], p[band], q[band]
 
-    def piece(rho):  # beta = a + b / rho on the piece of rho: a = sum_{r >= rho} p, b = sum_{r < rho} q
-        np.greater_equal(ratio, rho, out=upper, casting="unsafe")
-        return float(p @ upper), float(1.0 - q @ upper)
-
-    def g(rho, a, b):
+    def g(rho, a, b):  # g(rho) on a piece where beta = a + b / rho
         beta = a + b / rho
         return 1.0 - (1.0 - beta) ** k - rho * beta
 
-    a, b = piece(1.0)
-    if k == 1 or g(1.0, a, b) <= 0.0:  # e.g. draft == target
-        return 1.0, a + b
-    lo, hi, rho = 1.0, float(k), 1.0
+    a1, b1 = a_fix + pb.sum(), b_fix  # at rho = 1 every band token is on the p side
+    if g(1.0, a1, b1) <= 0.0:  # e.g. draft == target
+        return 1.0, a1 + b1
+    if r.size <= sort_limit:
+        return _solve_sorted(r, pb, qb, a_fix, b_fix, k, g)
+    return _solve_newton(r, pb, qb, a_fix, b_fix, k, g, a1, b1)
+
+
+def _solve_sorted(r, pb, qb, a_fix, b_fix, k, g):
+    # Exact: at breakpoint t_i = r_(i) (sorted) the p side is {j >= i}; g is evaluated at
+    # every breakpoint and at K, and the root lies in the first interval where g <= 0,
+    # on which beta = A_i + B_i / rho.
+    order = np.argsort(r, kind="stable")
+    r, pb, qb = r[order], pb[order], qb[order]
+    ts = np.append(r, float(k))
+    a = a_fix + np.append(np.cumsum(pb[::-1])[::-1], 0.0)
+    b = b_fix + np.concatenate(([0.0], np.cumsum(qb)))
+    i = int(np.argmax(g(ts, a, b) <= 0.0))  # g(K) <= 0, so some index qualifies
+    left, right = (ts[i - 1] if i > 0 else 1.0), ts[i]
+    if g(left, a[i], b[i]) <= 0.0 or left >= right:  # tie of breakpoints or rounding
+        return _settle(left if left < right else right, a[i], b[i], g)
+    return _settle(brentq(g, left, right, args=(a[i], b[i]), xtol=1e-15, rtol=1e-15), a[i], b[i], g)
+
+
+def _solve_newton(r, pb, qb, a_fix, b_fix, k, g, a, b):
     # Safeguarded Newton over pieces: jump to the root of the current piece's formula; if
     # the piece at the new point is the same, that root is exact. Every step shrinks the
     # bracket [lo, hi] around the root (g(lo) > 0 >= g(hi)).
+    upper = np.empty_like(r)  # 0/1 indicator of ratio >= rho, reused by every piece
+
+    def piece(rho):  # beta = a + b / rho: a = sum_{ratio >= rho} p, b = sum_{ratio < rho} q
+        np.greater_equal(r, rho, out=upper, casting="unsafe")
+        return a_fix + float(pb @ upper), b_fix + float(qb.sum() - qb @ upper)
+
+    lo, hi = 1.0, float(k)
     for _ in range(200):
         if g(lo, a, b) > 0.0 > g(hi, a, b):
             rho = brentq(g, lo, hi, args=(a, b), xtol=1e-15, rtol=1e-15)

@@ -1,0 +1,104 @@
+"""Speed of the optimal acceptance (closed form), the IS scheme and the full LP.
+
+At OPT's vocabulary (V = 50272), K = 2 identical drafts, it times, in one run:
+
+* the closed-form optimum ``optimal_acceptance`` (goal < 10 ms);
+* one IS selection step -- build ``ImportanceSampling(s=5, alphabet=40)`` for the
+  position (ranking + the truncated LP) and ``sample`` the drafted tokens (goal < 5 ms);
+* one single-draft step (``SingleDraft(draft=, target=).sample``) as the baseline.
+
+Then, for V = 8..64 and K = 2, 3, how the full optimal-transport LP's solve time grows
+(it has ``V^K * V`` variables). Distributions: softmax of ``3 * N(0, 1)`` logits for the
+target, the same logits at temperature 1.5 for the draft.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..closed_form import optimal_acceptance
+from ..distributions import distribution_from_logits
+from ..importance import ImportanceSampling
+from ..optimal import MAX_LP_VARIABLES, OptimalLP
+from ..single import SingleDraft
+from ..specinfer import SpecInfer
+from ..spectr import SpecTr
+from . import median_time
+
+OPT_VOCAB = 50272
+
+
+def add_arguments(parser):
+    parser.add_argument("--vocab", type=int, default=OPT_VOCAB, help="vocabulary size V (default: OPT's 50272)")
+    parser.add_argument("--s", type=int, default=5, help="LP tokens of the IS scheme")
+    parser.add_argument("--alphabet", type=int, default=40, help="ranked tokens of the IS scheme")
+    parser.add_argument("--repeats", type=int, default=100, help="timed calls per figure (median is printed)")
+    parser.add_argument("--lp-vocabs", type=int, nargs="+", default=[8, 16, 32, 64], help="V for the full-LP table")
+    parser.add_argument("--lp-drafts", type=int, nargs="+", default=[2, 3], help="K for the full-LP table")
+    parser.add_argument("--lp-budget", type=float, default=60.0,
+                        help="skip a full LP whose solve time, extrapolated from the previous V, exceeds this (s)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def logits_pair(vocab: int, seed: int, draft_temperature: float = 1.5):
+    """``(draft, target)``: softmax of ``3 N(0, 1)`` logits, the draft at ``draft_temperature``."""
+    logits = 3.0 * np.random.default_rng(seed).standard_normal(vocab)
+    return distribution_from_logits(logits, temperature=draft_temperature), distribution_from_logits(logits)
+
+
+def run(args):
+    rng = np.random.default_rng(args.seed)
+    draft, target = logits_pair(args.vocab, args.seed)
+    drafts = rng.choice(args.vocab, size=(256, 2), p=draft)
+    counter = iter(range(10**9))
+
+    def next_tokens():
+        return drafts[next(counter) % len(drafts)]
+
+    single = median_time(lambda: SingleDraft(draft=draft, target=target).sample(next_tokens()[:1], rng),
+                         repeats=args.repeats)
+    closed = median_time(lambda: optimal_acceptance(draft=draft, target=target, num_drafts=2), repeats=args.repeats)
+    params = dict(draft=draft, target=target, num_drafts=2, s=args.s, alphabet=args.alphabet)
+    is_step = median_time(lambda: ImportanceSampling(**params).sample(next_tokens(), rng), repeats=args.repeats)
+    scheme = ImportanceSampling(**params)
+    variables, constraints = scheme.stages[0].lp_size
+
+    print(f"V = {args.vocab}, K = 2 identical drafts; target softmax(3 N(0,1)), draft at temperature 1.5")
+    print(f"{'what':<44} {'ms':>8} {'x single':>9}  goal")
+    print(f"{'single-draft step (baseline)':<44} {single * 1e3:8.3f} {1.0:9.2f}")
+    print(f"{'closed-form optimum optimal_acceptance':<44} {closed * 1e3:8.3f} {closed / single:9.2f}  "
+          f"< 10 ms: {'ok' if closed < 0.010 else 'MISSED'}")
+    print(f"{f'IS step (s={args.s}, alphabet={args.alphabet}, incl. LP)':<44} {is_step * 1e3:8.3f} "
+          f"{is_step / single:9.2f}  < 5 ms: {'ok' if is_step < 0.005 else 'MISSED'}")
+    print(f"IS truncated LP: {variables} variables, {constraints} inequality constraints")
+    print("acceptance: "
+          f"single {SingleDraft(draft=draft, target=target).acceptance():.4f}, "
+          f"specinfer {SpecInfer(draft=draft, target=target, num_drafts=2).acceptance():.4f}, "
+          f"spectr {SpecTr(draft=draft, target=target, num_drafts=2).acceptance():.4f}, "
+          f"is {scheme.acceptance():.4f}, "
+          f"optimal {optimal_acceptance(draft=draft, target=target, num_drafts=2):.4f}")
+
+    print(f"\nfull optimal-transport LP (HiGHS), V^K * V variables, limit {MAX_LP_VARIABLES:,}")
+    print(f"{'K':>2} {'V':>4} {'variables':>11} {'solve s':>9} {'LP - closed form':>17}")
+    for k in args.lp_drafts:
+        previous = None  # (variables, seconds) of the last solve for this K
+        for vocab in sorted(args.lp_vocabs):
+            size = vocab**k * vocab
+            if size > MAX_LP_VARIABLES:
+                print(f"{k:>2} {vocab:>4} {size:>11,} {'refused (too big)':>27}")
+                continue
+            # simplex time grows faster than linearly; extrapolate with exponent 1.5
+            if previous and previous[1] * (size / previous[0]) ** 1.5 > args.lp_budget:
+                estimate = previous[1] * (size / previous[0]) ** 1.5
+                print(f"{k:>2} {vocab:>4} {size:>11,}   skipped (estimated {estimate:.0f} s > --lp-budget)")
+                continue
+            small_draft, small_target = logits_pair(vocab, args.seed)
+            start = time.perf_counter()
+            value = OptimalLP(draft=small_draft, target=small_target, num_drafts=k).acceptance()
+            took = time.perf_counter() - start
+            gap = value - optimal_acceptance(draft=small_draft, target=small_target, num_drafts=k)
+            print(f"{k:>2} {vocab:>4} {size:>11,} {took:9.3f} {gap:17.1e}")
+            previous = (size, took)
+    return 0

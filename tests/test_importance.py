@@ -1,0 +1,184 @@
+"""The paper's IS scheme: truncated-LP selection, then single-draft SpS to q.
+
+Paper notation: drafts X_i ~ p (``draft``), target q (``target``); ``s`` LP tokens,
+``alphabet`` ranked tokens.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import chisquare
+
+import mspec
+from mspec.closed_form import brute_force_acceptance, optimal_acceptance
+from mspec.exact import output_distribution
+from mspec.importance import ImportanceSampling
+from mspec.selection import residual
+from strategies import draft_target, random_case
+
+
+def sample_counts(scheme, n, seed):
+    rng = np.random.default_rng(seed)
+    rows = [scheme.draft_row(i) for i in range(scheme.num_drafts)]
+    drafts = np.stack([rng.choice(scheme.vocab_size, size=n, p=row) for row in rows], axis=1)
+    counts = np.zeros(scheme.vocab_size)
+    for tokens in drafts:
+        counts[scheme.sample(tokens, rng).token] += 1
+    return counts
+
+
+def chi2_pvalue(counts, target):
+    support = target > 0
+    assert counts[~support].sum() == 0
+    return chisquare(counts[support], counts.sum() * target[support]).pvalue
+
+
+def dense_induced(stage):
+    """p_I of one stage by summing over all V^2 draft pairs with ``prob_first``."""
+    vocab = stage.p1.shape[0]
+    induced = np.zeros(vocab)
+    for x1 in np.flatnonzero(stage.p1):
+        for x2 in np.flatnonzero(stage.p2):
+            mass, b = stage.p1[x1] * stage.p2[x2], stage.prob_first(int(x1), int(x2))
+            induced[x1] += mass * b
+            induced[x2] += mass * (1 - b)
+    return induced
+
+
+def test_two_token_example_by_hand():
+    rule = ImportanceSampling(draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2)
+    assert rule.acceptance() == pytest.approx(0.85)  # = the optimum (s >= V)
+
+
+def test_lossless_on_random_small_cases():
+    rng = np.random.default_rng(40)
+    for n in range(300):
+        vocab = int(rng.integers(1, 7))
+        k = int(rng.integers(1, 4))
+        draft, target = random_case(rng, vocab=vocab, num_drafts=k, identical=n % 2 == 0)
+        s = int(rng.integers(1, vocab + 2))
+        alphabet = int(rng.integers(min(s, vocab), vocab + 2))
+        rule = ImportanceSampling(draft=draft, target=target, num_drafts=k, s=s, alphabet=alphabet)
+        dist, accept = output_distribution(rule)
+        np.testing.assert_allclose(dist, target, atol=1e-12)
+        assert accept == pytest.approx(rule.acceptance(), abs=1e-12)
+        assert rule.induced.sum() == pytest.approx(1.0, abs=1e-12)
+        assert rule.acceptance() <= brute_force_acceptance(draft=draft, target=target, num_drafts=k) + 1e-12
+
+
+@pytest.mark.parametrize("identical", [True, False])
+def test_s_at_least_vocab_is_optimal_for_two_drafts(identical):
+    rng = np.random.default_rng(41 + identical)
+    for _ in range(100):
+        vocab = int(rng.integers(1, 7))
+        draft, target = random_case(rng, vocab=vocab, num_drafts=2, identical=identical)
+        rule = ImportanceSampling(draft=draft, target=target, num_drafts=2, s=vocab + 3)
+        assert rule.acceptance() == pytest.approx(
+            brute_force_acceptance(draft=draft, target=target, num_drafts=2), abs=1e-9
+        )
+
+
+def test_degenerate_distributions():
+    q = np.array([0.2, 0.3, 0.5])
+    for draft, target, k in [([1.0], [1.0], 3), (q, q, 3), ([1.0, 0, 0], q, 2), ([0.5, 0.5, 0], [0, 0, 1.0], 2)]:
+        for s, alphabet in [(1, 1), (2, 2), (5, 40)]:
+            rule = ImportanceSampling(draft=draft, target=target, num_drafts=k, s=s, alphabet=alphabet)
+            np.testing.assert_allclose(output_distribution(rule)[0], target, atol=1e-12)
+    assert ImportanceSampling(draft=q, target=q, num_drafts=2).acceptance() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("identical", [True, False])
+def test_closed_form_induced_with_a_truncated_alphabet(identical):
+    """V = 120, alphabet 12, s = 4: p_I from prefix sums == p_I summed over all pairs."""
+    rng = np.random.default_rng(43)
+    logits = rng.normal(size=120) * 3
+    target = mspec.distribution_from_logits(logits)
+    draft = mspec.distribution_from_logits(logits, temperature=1.5)
+    if not identical:
+        draft = np.stack([draft, mspec.distribution_from_logits(logits + rng.normal(size=120), temperature=1.3)])
+    rule = ImportanceSampling(draft=draft, target=target, num_drafts=None if not identical else 2, s=4, alphabet=12)
+    (stage,) = rule.stages
+    assert (stage.rank < 0).sum() == 120 - 12
+    np.testing.assert_allclose(stage.induced, dense_induced(stage), atol=1e-15)
+    assert rule.acceptance() <= optimal_acceptance(draft=draft, target=target, num_drafts=2) + 1e-9
+
+
+def test_three_drafts_multistage_closed_form():
+    rng = np.random.default_rng(44)
+    logits = rng.normal(size=60) * 2
+    target = mspec.distribution_from_logits(logits)
+    draft = mspec.distribution_from_logits(logits, temperature=1.5)
+    rule = ImportanceSampling(draft=draft, target=target, num_drafts=3, s=4, alphabet=10)
+    assert len(rule.stages) == 2
+    for stage in rule.stages:
+        np.testing.assert_allclose(stage.induced, dense_induced(stage), atol=1e-15)
+    assert rule.acceptance() <= optimal_acceptance(draft=draft, target=target, num_drafts=3) + 1e-12
+
+
+def test_is_sits_between_single_draft_and_the_optimum_at_llm_size():
+    rng = np.random.default_rng(45)
+    logits = rng.normal(size=50272) * 3
+    target = mspec.distribution_from_logits(logits)
+    draft = mspec.distribution_from_logits(logits, temperature=1.5)
+    rule = ImportanceSampling(draft=draft, target=target, num_drafts=2)
+    assert rule.induced.min() >= 0 and rule.induced.sum() == pytest.approx(1.0, abs=1e-12)
+    single = mspec.SingleDraft(draft=draft, target=target).acceptance()
+    assert single < rule.acceptance() <= optimal_acceptance(draft=draft, target=target, num_drafts=2)
+
+
+def test_chisquare_on_samples_and_a_wrong_residual_fails():
+    draft, target = np.array([0.4, 0.3, 0.2, 0.1, 0.0]), np.array([0.05, 0.15, 0.3, 0.2, 0.3])
+    rule = ImportanceSampling(draft=draft, target=target, num_drafts=3, s=2, alphabet=3)
+    assert chi2_pvalue(sample_counts(rule, 100_000, seed=6), target) > 1e-3
+    wrong = ImportanceSampling(draft=draft, target=target, num_drafts=3, s=2, alphabet=3)
+    wrong._residual = residual(target, draft)  # the single-draft residual, not from p_I
+    assert np.abs(output_distribution(wrong)[0] - target).max() > 0.01
+    assert chi2_pvalue(sample_counts(wrong, 100_000, seed=6), target) < 1e-3
+
+
+def test_sample_index_and_acceptance_flag():
+    rng = np.random.default_rng(7)
+    rule = ImportanceSampling(draft=[0.5, 0.3, 0.2], target=[0.1, 0.2, 0.7], num_drafts=3, s=2)
+    tokens = np.array([0, 1, 2])
+    _, accept = rule.conditional(tokens)
+    hits = [rule.sample(tokens, rng) for _ in range(20_000)]
+    assert all(tokens[h.index] == h.token for h in hits if h.accepted)
+    assert np.mean([h.accepted for h in hits]) == pytest.approx(accept, abs=0.015)
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        (dict(s=0), "`s`"),
+        (dict(s=-2), "`s`"),
+        (dict(s=2.5), "`s`"),
+        (dict(s=True), "`s`"),
+        (dict(alphabet=0), "`alphabet`"),
+        (dict(alphabet="40"), "`alphabet`"),
+        (dict(s=6, alphabet=4), "`alphabet`"),
+    ],
+)
+def test_bad_parameters(params, match):
+    draft = np.full(10, 0.1)
+    with pytest.raises(ValueError, match=match):
+        ImportanceSampling(draft=draft, target=draft, num_drafts=2, **params)
+
+
+def test_registry_and_large_s_clipped():
+    rule = mspec.make_scheme("is", draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2, s=100, alphabet=500)
+    assert isinstance(rule, ImportanceSampling) and (rule.s, rule.alphabet) == (2, 2)
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=draft_target(max_vocab=6, max_drafts=3), s=st.integers(1, 7), extra=st.integers(0, 3))
+def test_lossless_hypothesis(case, s, extra):
+    """Zeros, one-hot, draft == target, V = 1, K = 1..3, identical or not."""
+    draft, target, k = case
+    vocab = target.shape[0]
+    alphabet = min(s, vocab) + extra
+    rule = ImportanceSampling(draft=draft, target=target, num_drafts=k, s=s, alphabet=alphabet)
+    dist, accept = output_distribution(rule)
+    np.testing.assert_allclose(dist, target, atol=1e-12)
+    assert accept == pytest.approx(rule.acceptance(), abs=1e-12)
+    assert rule.acceptance() <= brute_force_acceptance(draft=draft, target=target, num_drafts=k) + 1e-12
