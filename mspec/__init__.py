@@ -24,6 +24,26 @@ from .spectr import SpecTr, spectr_acceptance, spectr_sample
 
 __version__ = "0.1.0"
 
+# Sequence-level names, imported on first use so that `import mspec` needs no torch.
+_LAZY = {
+    "speculative_generate": "decoding",
+    "autoregressive_generate": "decoding",
+    "generate_with_baselines": "decoding",
+    "GenerationResult": "decoding",
+    "load_pair": "models",
+    "make_pair": "models",
+    "ModelPair": "models",
+    "load_prompts": "data",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'mspec' has no attribute {name!r}")
+
 __all__ = [
     "CanonicalScheme",
     "ImportanceSampling",

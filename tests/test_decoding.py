@@ -1,0 +1,204 @@
+"""Sequence-level speculative decoding (mspec.decoding) on tiny random OPT models.
+
+The statistical losslessness test lives in tests/test_decoding_lossless.py.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from transformers import OPTConfig, OPTForCausalLM
+
+from mspec import decoding
+from mspec.decoding import autoregressive_generate, generate_with_baselines, speculative_generate
+
+torch.set_num_threads(1)
+
+
+def tiny_opt(seed: int, vocab_size: int = 8, init_std: float = 0.5) -> OPTForCausalLM:
+    """A random-weight 2-layer OPT (no download); init_std 0.5 makes its distributions peaked."""
+    torch.manual_seed(seed)
+    config = OPTConfig(
+        vocab_size=vocab_size, hidden_size=16, num_hidden_layers=2, ffn_dim=32, num_attention_heads=2,
+        word_embed_proj_dim=16, max_position_embeddings=64, init_std=init_std, dropout=0.0,
+        pad_token_id=0, bos_token_id=0, eos_token_id=1,
+    )
+    return OPTForCausalLM(config).eval()
+
+
+def perturbed(model: OPTForCausalLM, sigma: float = 0.12, seed: int = 1) -> OPTForCausalLM:
+    """A different model near ``model``: every weight plus seeded N(0, sigma^2) noise.
+
+    sigma = 0.12 gives a total variation of about 0.15-0.3 between the two next-token
+    distributions, so drafts are often accepted and often rejected.
+    """
+    other = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in other.parameters():
+            param.add_(sigma * torch.randn(param.shape, generator=gen))
+    return other
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = tiny_opt(0)
+    return perturbed(target), target
+
+
+def test_cached_logits_equal_full_recomputation(models, monkeypatch):
+    """Every cached forward pass (both models, all K rows) equals a forward pass without cache."""
+    draft_model, target_model = models
+    calls = {"n": 0, "rows": set()}
+    forward = decoding._CachedModel.forward
+
+    def checked_forward(self, input_ids, last=1):
+        before = self.tokens
+        logits = forward(self, input_ids, last)
+        with torch.no_grad():
+            full = self.model(input_ids=torch.cat([before, input_ids], dim=1)).logits.double()
+        assert logits.shape == (input_ids.shape[0], last, 8)
+        assert torch.allclose(logits, full[:, -last:], atol=1e-5)
+        calls["n"] += 1
+        calls["rows"].add(input_ids.shape[0])
+        return logits
+
+    monkeypatch.setattr(decoding._CachedModel, "forward", checked_forward)
+    result = speculative_generate(
+        [2, 5, 3], draft_model=draft_model, target_model=target_model, num_drafts=3, draft_length=3,
+        max_new_tokens=30, generator=3,
+    )
+    assert len(result.rounds) >= 5 and calls["n"] > 3 * len(result.rounds)
+    assert 3 in calls["rows"]
+    # some rounds accepted everything (draft cache lags one token) and some rejected early
+    assert any(r.bonus for r in result.rounds) and any(r.accepted_length == 0 for r in result.rounds)
+
+
+def test_caches_hold_the_accepted_prefix(models, monkeypatch):
+    """After each round both batch-1 caches hold a prefix of prompt + output."""
+    draft_model, target_model = models
+    kept = []
+    keep = decoding._CachedModel.keep
+
+    def recording_keep(self, row, length):
+        keep(self, row, length)
+        kept.append(self.tokens[0].tolist())
+        assert self.cache.get_seq_length() == self.tokens.shape[1] == length
+
+    monkeypatch.setattr(decoding._CachedModel, "keep", recording_keep)
+    prompt = [4, 1]
+    result = speculative_generate(prompt, draft_model=draft_model, target_model=target_model,
+                                  num_drafts=2, draft_length=4, max_new_tokens=25, generator=0)
+    full = prompt + result.token_ids
+    # (the last round's caches may run past the output, which max_new_tokens truncated)
+    assert kept and all(full[: len(tokens)] == tokens[: len(full)] for tokens in kept)
+
+
+def test_output_and_metrics(models):
+    draft_model, target_model = models
+    result = speculative_generate(
+        torch.tensor([[2, 3]]), draft_model=draft_model, target_model=target_model, scheme="spectr",
+        num_drafts=3, draft_length=4, max_new_tokens=23, generator=torch.Generator().manual_seed(1),
+    )
+    assert len(result.token_ids) == 23  # truncated exactly at max_new_tokens
+    assert all(0 <= t < 8 for t in result.token_ids)
+    assert sum(r.emitted for r in result.rounds) == 23
+    assert result.num_target_calls == len(result.rounds)
+    assert 1.0 <= result.block_efficiency <= 5.0
+    acc = result.acceptance_per_position()
+    assert acc.shape == (4,) and np.all((acc[~np.isnan(acc)] >= 0) & (acc[~np.isnan(acc)] <= 1))
+    for r in result.rounds:
+        assert len(r.alive) == min(r.accepted_length + 1, 4) and r.alive[0] == 3
+        assert all(a >= b for a, b in zip(r.alive, r.alive[1:]))
+        assert (r.winner is None) == (r.accepted_length == 0)
+        assert min(r.draft_time, r.target_time, r.selection_time, r.cache_time) >= 0
+    assert set(result.timing()) == {"draft", "target", "selection", "cache"}
+    assert result.tokens_per_second > 0
+
+
+def test_seeded_runs_repeat(models):
+    draft_model, target_model = models
+    kwargs = dict(draft_model=draft_model, target_model=target_model, num_drafts=2,
+                  draft_temperatures=[1.2, 1.6], max_new_tokens=12)
+    a = speculative_generate([3], generator=7, **kwargs)
+    b = speculative_generate([3], generator=torch.Generator().manual_seed(7), **kwargs)
+    assert a.token_ids == b.token_ids
+
+
+def test_eos_stops_generation(models):
+    draft_model, target_model = models
+    kwargs = dict(draft_model=draft_model, target_model=target_model, num_drafts=2, draft_length=3,
+                  max_new_tokens=30)
+    ids = speculative_generate([2], generator=5, **kwargs).token_ids
+    eos = ids[6]
+    # the same seed makes the same choices up to the first EOS, then stops right after it
+    stopped = speculative_generate([2], generator=5, eos_token_id=eos, **kwargs).token_ids
+    assert stopped == ids[: ids.index(eos) + 1]
+    auto = autoregressive_generate([2], target_model=target_model, max_new_tokens=30, generator=5)
+    eos = auto.token_ids[4]
+    stopped = autoregressive_generate([2], target_model=target_model, max_new_tokens=30, generator=5,
+                                      eos_token_id=[eos]).token_ids
+    assert stopped == auto.token_ids[: auto.token_ids.index(eos) + 1]
+
+
+def test_baselines(models):
+    draft_model, target_model = models
+    out = generate_with_baselines(
+        [2, 4], draft_model=draft_model, target_model=target_model, scheme="specinfer", num_drafts=3,
+        draft_length=3, draft_temperatures=[1.0, 1.2, 1.4], max_new_tokens=16, generator=0,
+    )
+    assert set(out) == {"autoregressive", "single", "multi"}
+    assert out["autoregressive"].block_efficiency == 1.0 and len(out["autoregressive"].token_ids) == 16
+    assert out["single"].num_drafts == 1 and out["single"].method == "single"
+    assert out["multi"].num_drafts == 3 and len(out["multi"].token_ids) == 16
+
+
+def test_sampling_settings_restrict_tokens(models):
+    """With top_k = 1 both models are deterministic, so every draft agrees with the target."""
+    draft_model, target_model = models
+    spec = speculative_generate([2], draft_model=target_model, target_model=target_model, top_k=1,
+                                num_drafts=2, draft_length=3, max_new_tokens=12, generator=0)
+    auto = autoregressive_generate([2], target_model=target_model, top_k=1, max_new_tokens=12, generator=1)
+    assert spec.token_ids == auto.token_ids
+    assert all(r.bonus for r in spec.rounds)  # identical draft and target: never a rejection
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_drafts=0), "num_drafts"),
+        (dict(draft_length=0), "draft_length"),
+        (dict(prompt_ids=[]), "prompt_ids"),
+        (dict(prompt_ids=torch.zeros((2, 3), dtype=torch.long)), "prompt_ids"),
+        (dict(target_temperature=0.0), "target_temperature"),
+        (dict(draft_temperatures=-1.0), "draft_temperatures"),
+        (dict(draft_temperatures=[1.0, 1.0, 1.0]), "draft_temperatures"),
+        (dict(scheme="nope"), "scheme"),
+        (dict(scheme="single"), "num_drafts"),
+        (dict(scheme="spectr", draft_temperatures=[1.0, 1.5]), "identical"),
+        (dict(max_new_tokens=0), "max_new_tokens"),
+        (dict(max_new_tokens=100), "positions"),
+        (dict(top_k=0), "top_k"),
+        (dict(generator="seed"), "generator"),
+    ],
+)
+def test_bad_input(models, kwargs, match):
+    draft_model, target_model = models
+    call = dict(prompt_ids=[2], draft_model=draft_model, target_model=target_model, num_drafts=2,
+                max_new_tokens=5, generator=0)
+    call.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        speculative_generate(call.pop("prompt_ids"), **call)
+
+
+def test_bad_models(models):
+    draft_model, target_model = models
+    with pytest.raises(ValueError, match="vocabularies"):
+        speculative_generate([2], draft_model=tiny_opt(0, vocab_size=9), target_model=target_model,
+                             max_new_tokens=5)
+    training = tiny_opt(0).train()
+    with pytest.raises(ValueError, match="draft_model"):
+        speculative_generate([2], draft_model=training, target_model=target_model, max_new_tokens=5)
+    with pytest.raises(ValueError, match="temperature"):
+        autoregressive_generate([2], target_model=target_model, temperature=0)
