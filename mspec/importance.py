@@ -39,6 +39,13 @@ at temperature 1.5, where ~85% of the draft mass lies outside the top-40 alphabe
 
 Nothing is dropped: rest tokens can still be drafted, selected and output.
 
+**Softened rule** (deviation, ours): every pair decided by the fixed rule applies it with
+probability ``mix`` and otherwise selects either draft with probability 1/2. ``mix`` is
+chosen per position from a small grid to maximise ``sum min(q, p_I)`` of the rule applied
+to all pairs. "Higher rank wins" pays off when the drafts are flatter than the target
+(draft temperature > 1) but overshoots ``q`` on the top tokens when they already match it;
+uniform selection gives ``p_I = p``, so the scheme is never below single-draft acceptance.
+
 **K > 2 drafts** (the paper's multi-stage approach, as we read it): select between
 ``X_1`` and ``X_2`` as above, giving ``Y_2 ~ p_I^(2)``; then select between ``Y_2`` and
 ``X_3`` with the same truncated LP for two *non-identical* drafts ``(p_I^(2), p_3)``,
@@ -60,22 +67,25 @@ from .optimal import run_linprog
 from .selection import Selection, SelectionScheme, check_rng, residual, sample_index
 
 
-#: number of sigma bins used to rank tokens outside the alphabet
-SIGMA_BINS = 256
-#: scale of the log-binning of sigma: bins are uniform in sign(sigma) log(1 + |sigma| / SCALE)
-SIGMA_SCALE = 1e-12
+#: number of ratio bins used to rank tokens outside the alphabet
+RATIO_BINS = 256
+#: bins are uniform in log(ratio) over [-RATIO_LOG_RANGE, RATIO_LOG_RANGE]
+RATIO_LOG_RANGE = 30.0
+#: number of mixing weights tried between the fixed rule and uniform selection
+MIX_GRID = 11
 
 
-def sigma_bins(sigma: np.ndarray) -> np.ndarray:
-    """Bin ``[0, SIGMA_BINS)`` of each score, non-decreasing in ``sigma`` (no sort, no search).
+def ratio_bins(ratio: np.ndarray) -> np.ndarray:
+    """Bin ``[0, RATIO_BINS)`` of each ratio ``q / (p_1 + p_2)``, non-decreasing in it.
 
-    Bins are uniform in ``sign(sigma) log(1 + |sigma| / 1e-12)`` over ``sigma`` in
-    ``[-1, 1]``: each bin spans a factor of about 1.24 in ``|sigma|``. Any deterministic
-    monotone binning keeps the scheme lossless; finer bins only help acceptance.
+    Bins are uniform in ``log(ratio)`` over ``[-30, 30]`` (a factor of about 1.26 each),
+    computed arithmetically: no sort, no search. Any deterministic monotone binning keeps
+    the scheme lossless; finer bins only help acceptance.
     """
-    top = np.log1p(1.0 / SIGMA_SCALE)
-    t = np.sign(sigma) * np.log1p(np.abs(sigma) / SIGMA_SCALE)
-    return np.clip(((t + top) * (SIGMA_BINS / (2.0 * top))).astype(np.int64), 0, SIGMA_BINS - 1)
+    with np.errstate(divide="ignore"):
+        t = np.log(ratio)
+    t = np.clip(t, -RATIO_LOG_RANGE, RATIO_LOG_RANGE)
+    return np.minimum(((t + RATIO_LOG_RANGE) * (RATIO_BINS / (2 * RATIO_LOG_RANGE))).astype(np.int64), RATIO_BINS - 1)
 
 
 class PairStage:
@@ -90,12 +100,15 @@ class PairStage:
         alphabet: number of ranked tokens.
 
     Attributes:
-        sigma: ``(V,)`` ranking score ``q - p1 p2``.
-        bin: ``(V,)`` coarse rank of every token (:func:`sigma_bins`).
-        ranked: ``(alphabet,)`` the alphabet tokens, best rank first.
-        lp_tokens: ``(s,)`` ``= ranked[:s]``.
+        sigma: ``(V,)`` LP score ``q - p1 p2`` (the paper's).
+        ratio: ``(V,)`` priority score ``q / (p1 + p2)`` of the fixed rule.
+        bin: ``(V,)`` coarse rank of every token by ratio (:func:`ratio_bins`).
+        ranked: ``(alphabet,)`` the alphabet tokens, highest ratio first.
+        rank: ``(V,)`` position of each token in ``ranked``, -1 for the rest.
+        lp_tokens: ``(s,)`` the ``s`` alphabet tokens of highest ``sigma``.
         w: ``(s, s)``; ``w[i, j]`` = P(select ``lp_tokens[i]`` | ``x_1 = lp_tokens[i]``,
             ``x_2 = lp_tokens[j]``); diagonal unused.
+        mix: probability with which a fixed pair follows the priority rule (else 1/2 each).
         induced: ``(V,)`` ``p_I`` of the selected token.
         lp_size: ``(variables, constraints)`` of the LP solved.
     """
@@ -103,59 +116,80 @@ class PairStage:
     def __init__(self, p1: np.ndarray, p2: np.ndarray, target: np.ndarray, s: int, alphabet: int):
         vocab = target.shape[0]
         self.p1, self.p2 = p1, p2
+        same = p1 is p2  # identical drafts: skip the duplicate work for p2
+        mass = p1 + p2
         self.sigma = sigma = target - p1 * p2
+        with np.errstate(divide="ignore", invalid="ignore"):  # never-drafted tokens: inf/nan, weight 0
+            self.ratio = ratio = np.where(mass > 0, target / mass, np.inf)
         if alphabet < vocab:
-            alpha = np.argpartition(-(target + p1 + p2), alphabet - 1)[:alphabet]
+            alpha = np.argpartition(-(target + mass), alphabet - 1)[:alphabet]
         else:
             alpha = np.arange(vocab)
-        self.ranked = ranked = alpha[np.lexsort((alpha, -sigma[alpha]))]  # sigma desc, then id
-        self.lp_tokens = ranked[:s]
+        self.ranked = ranked = alpha[np.lexsort((alpha, -ratio[alpha]))]  # ratio desc, then id
+        self.lp_tokens = lp = alpha[np.lexsort((alpha, -sigma[alpha]))][:s]  # sigma desc, then id
         self.rank = np.full(vocab, -1, dtype=np.int64)  # -1: rest token
         self.rank[ranked] = np.arange(alphabet)
+        self.lp_index = np.full(vocab, -1, dtype=np.int64)
+        self.lp_index[lp] = np.arange(s)
 
-        # -- closed-form part of p_I ----------------------------------------------------
-        same = p1 is p2  # identical drafts: skip the duplicate work for p2
-        self.bin = bins = sigma_bins(sigma)
+        # -- p_I of the priority rule "higher ratio wins", in closed form ------------------
+        self.bin = bins = ratio_bins(ratio)
         rest = self.rank < 0
         r1, r_bin = p1[rest], bins[rest]
         r2 = r1 if same else p2[rest]
         a1, a2, a_bin = p1[ranked], p2[ranked], bins[ranked]
+        in_lp = self.lp_index[ranked] >= 0
 
-        def per_bin(w, where):  # mass per sigma bin, (SIGMA_BINS,)
-            return np.bincount(where, weights=w, minlength=SIGMA_BINS)
+        def per_bin(w, where):  # mass per ratio bin, (RATIO_BINS,)
+            return np.bincount(where, weights=w, minlength=RATIO_BINS)
+
+        def after(w):  # mass ranked strictly after each alphabet position, (alphabet,)
+            return np.concatenate([np.cumsum(w[::-1])[::-1][1:], [0.0]])
 
         # rest mass in bins <= b (an alphabet token in bin b beats those rest tokens)
         rest_hist1 = per_bin(r1, r_bin)
         rest_hist2 = rest_hist1 if same else per_bin(r2, r_bin)
         rest_upto1, rest_upto2 = np.cumsum(rest_hist1), np.cumsum(rest_hist2)
-        # alphabet mass ranked at or after position k (suffix sums), length alphabet + 1
-        suffix1 = np.concatenate([np.cumsum(a1[::-1])[::-1], [0.0]])
-        suffix2 = suffix1 if same else np.concatenate([np.cumsum(a2[::-1])[::-1], [0.0]])
-        # tokens beaten by ranked[k] outside L: alphabet tokens after max(k, s - 1), rest
-        # tokens in bins <= its bin
-        after = np.maximum(np.arange(alphabet) + 1, s)
-        d1 = suffix1[after] + rest_upto1[a_bin]
-        d2 = suffix2[after] + rest_upto2[a_bin]
-        induced = np.zeros(vocab)
-        induced[ranked] = a1 * a2 + a1 * d2 + d1 * a2
+        d1 = after(a1) + rest_upto1[a_bin]  # p1-mass an alphabet token beats
+        d2 = after(a2) + rest_upto2[a_bin]
+        priority = np.zeros(vocab)
+        priority[ranked] = a1 * a2 + a1 * d2 + d1 * a2
         # rest token r in bin b beats: rest tokens in lower bins, alphabet tokens in lower
         # bins, and -- as the first draft -- rest tokens of its own bin (itself included)
         alpha_below1 = np.cumsum(per_bin(a1, a_bin)) - per_bin(a1, a_bin)
         alpha_below2 = alpha_below1 if same else np.cumsum(per_bin(a2, a_bin)) - per_bin(a2, a_bin)
         beaten2 = rest_upto2 + alpha_below2  # as the first draft: own bin included
         beaten1 = rest_upto1 - rest_hist1 + alpha_below1  # as the second draft: lower bins only
-        induced[rest] = r1 * beaten2[r_bin] + beaten1[r_bin] * r2
+        priority[rest] = r1 * beaten2[r_bin] + beaten1[r_bin] * r2
+        # the same, without the pairs of two different LP tokens (the LP decides those)
+        lp1, lp2 = np.where(in_lp, a1, 0.0), np.where(in_lp, a2, 0.0)
+        priority_fixed = priority.copy()
+        priority_fixed[ranked] -= in_lp * (a1 * after(lp2) + after(lp1) * a2)
+
+        # -- how much to trust the priority rule -------------------------------------------
+        # (Deviation, ours.) Every fixed pair follows the priority rule with probability
+        # `mix` and otherwise selects either draft with probability 1/2 ("uniform":
+        # p_I = (p1 + p2)/2, = p for identical drafts). `mix` maximises sum min(q, p_I) of
+        # the rule applied to *all* pairs (concave in `mix`; a grid search); the LP then
+        # improves on it, so acceptance is never below single-draft speculative sampling.
+        l1, l2 = p1[lp], p2[lp]
+        uniform = 0.5 * mass
+        grid = np.linspace(0.0, 1.0, MIX_GRID)
+        scores = [np.minimum(target, m * priority + (1.0 - m) * uniform).sum() for m in grid]
+        self.mix = mix = float(grid[int(np.argmax(scores))])
+        uniform_fixed = uniform.copy()
+        uniform_fixed[lp] = 0.5 * l1 * (1.0 - l2.sum()) + 0.5 * l2 * (1.0 - l1.sum()) + l1 * l2
+        induced = mix * priority_fixed + (1.0 - mix) * uniform_fixed
 
         # -- truncated LP on L -------------------------------------------------------------
-        l1, l2 = a1[:s], a2[:s]
         # pairs (y, z) in L with y != z, z at y's selection cost: w(z, y) = 0 -> y selected
-        induced[self.lp_tokens] += l2 * (l1.sum() - l1)
+        induced[lp] += l2 * (l1.sum() - l1)
         self.w = np.ones((s, s))
         self.lp_size = (0, 0)
         if s >= 2:
-            self.w = self._solve_lp(l1, l2, target[self.lp_tokens], induced[self.lp_tokens])
-            mass = l1[:, None] * l2[None, :] * self.w  # the diagonal cancels below
-            induced[self.lp_tokens] += mass.sum(axis=1) - mass.sum(axis=0)
+            self.w = self._solve_lp(l1, l2, target[lp], induced[lp])
+            joint = l1[:, None] * l2[None, :] * self.w  # the diagonal cancels below
+            induced[lp] += joint.sum(axis=1) - joint.sum(axis=0)
         self.induced = induced
 
     def _solve_lp(self, l1, l2, q_l, base) -> np.ndarray:
@@ -182,16 +216,20 @@ class PairStage:
         """P(select ``x1``) given ``x_1 = x1`` and ``x_2 = x2``."""
         if x1 == x2:
             return 1.0
+        i1, i2 = self.lp_index[x1], self.lp_index[x2]
+        if i1 >= 0 and i2 >= 0:
+            return float(self.w[i1, i2])
+        return self.mix * self._priority_first(x1, x2) + 0.5 * (1.0 - self.mix)
+
+    def _priority_first(self, x1: int, x2: int) -> float:
+        """The priority rule "higher ratio wins": 1.0 if it selects ``x1``, else 0.0."""
         k1, k2 = self.rank[x1], self.rank[x2]
-        s = self.lp_tokens.shape[0]
-        if 0 <= k1 < s and 0 <= k2 < s:
-            return float(self.w[k1, k2])
         if k1 >= 0 and k2 >= 0:  # two alphabet tokens: the higher rank
             return 1.0 if k1 < k2 else 0.0
         b1, b2 = self.bin[x1], self.bin[x2]
-        if k1 < 0 and k2 < 0:  # two rest tokens: the higher sigma bin, else the first draft's
+        if k1 < 0 and k2 < 0:  # two rest tokens: the higher ratio bin, else the first draft's
             return 1.0 if b1 >= b2 else 0.0
-        if k1 >= 0:  # alphabet vs rest: the higher sigma bin, ties to the alphabet token
+        if k1 >= 0:  # alphabet vs rest: the higher ratio bin, ties to the alphabet token
             return 1.0 if b1 >= b2 else 0.0
         return 1.0 if b1 > b2 else 0.0
 
@@ -276,4 +314,4 @@ class ImportanceSampling(SelectionScheme):
         return Selection(sample_index(self._residual, rng), False, None)
 
 
-__all__ = ["ImportanceSampling", "PairStage"]
+__all__ = ["ImportanceSampling", "PairStage", "ratio_bins"]
