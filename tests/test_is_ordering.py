@@ -1,0 +1,27 @@
+"""Guarantees of the IS scheme's fixed rule beyond exactness (exactness: test_importance.py)."""
+
+import numpy as np
+import pytest
+
+import mspec
+from mspec.bench import lm_like_pair
+from strategies import random_case
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_is_never_below_single_draft(k):
+    # mix = 0 (uniform selection) gives p_I = p, and the LP can reproduce any mixed rule
+    rng = np.random.default_rng(21)
+    for i in range(120):
+        draft, target = random_case(rng, vocab=2 + i % 7, num_drafts=1)
+        rule = mspec.ImportanceSampling(draft=draft, target=target, num_drafts=k, s=1 + i % 3, alphabet=3)
+        assert rule.acceptance() >= mspec.single_draft_acceptance(draft=draft, target=target) - 1e-12
+
+
+@pytest.mark.parametrize("temperature", [0.8, 1.0, 1.5, 2.0])
+def test_is_beats_spectr_on_lm_like_pairs_with_two_drafts(temperature):
+    draft, target = lm_like_pair(50272, seed=1, draft_temperature=temperature)
+    is_acc = mspec.ImportanceSampling(draft=draft, target=target, num_drafts=2).acceptance()
+    spectr = mspec.SpecTr(draft=draft, target=target, num_drafts=2).acceptance()
+    optimum = mspec.optimal_acceptance(draft=draft, target=target, num_drafts=2)
+    assert spectr < is_acc <= optimum + 1e-12
