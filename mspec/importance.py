@@ -4,47 +4,48 @@ This is the canonical decomposition (:mod:`mspec.canonical`) with selection weig
 are cheap to find at LLM vocabulary sizes. For two drafts ``X_1 ~ p_1``, ``X_2 ~ p_2``
 (identical drafts: ``p_1 = p_2 = p``) and target ``q``:
 
-1. **Rank** tokens by ``sigma(x) = q(x) - p_1(x) p_2(x)`` (``q - p^2`` for identical
-   drafts): how much more target mass ``x`` needs than the event "both drafts are x"
-   gives it. Higher rank = more deserving of being selected.
-2. **Truncated LP.** The ``s`` top-ranked tokens ``L`` are LP tokens: for every ordered
-   pair ``(x_1, x_2)`` of distinct tokens of ``L`` the weight ``w(x_1, x_2) = P(select
-   x_1)`` is an LP variable. Every other pair of distinct tokens is decided by a fixed
-   rule: select the higher-ranked token. Then ``p_I`` outside ``L`` is a closed form
-   (prefix sums in rank order), and ``p_I`` on ``L`` is linear in ``w``; we maximise
+1. **LP tokens** (the paper's ranking): the ``s`` tokens of highest
+   ``sigma(x) = q(x) - p_1(x) p_2(x)`` -- how much more target mass ``x`` needs than the
+   event "both drafts are x" gives it -- form the set ``L``.
+2. **Truncated LP.** For every ordered pair ``(x_1, x_2)`` of distinct tokens of ``L`` the
+   weight ``w(x_1, x_2) = P(select x_1)`` is an LP variable. Every other pair of distinct
+   tokens is decided by a fixed rule (below) whose ``p_I`` is a closed form (prefix sums in
+   rank order); ``p_I`` on ``L`` is linear in ``w`` and we maximise
    ``sum_{y in L} min(q(y), p_I(y))`` (the rest of ``sum min(q, p_I)`` is fixed) with
    ``s(s - 1) + s`` variables (HiGHS).
 3. **Single-draft speculative sampling** from the *full* ``p_I`` to ``q``.
 
-Step 3 makes the output exactly ``q``-distributed for any ``s``: ``p_I`` is computed
-from the weights actually used (the LP solution is clipped to ``[0, 1]`` first), so the
-LP's accuracy only affects acceptance, never losslessness. The exact acceptance is
-``sum_y min(q(y), p_I(y))``. With ``s >= V`` (and ``alphabet >= V``) every pair is free
-and the LP is the full canonical LP, so the scheme is optimal for K = 2.
+Step 3 makes the output exactly ``q``-distributed for any ``s`` and any fixed rule: ``p_I``
+is computed from the weights actually used (the LP solution is clipped to ``[0, 1]``
+first), so the rule and the LP's accuracy only affect acceptance, never losslessness. The
+exact acceptance is ``sum_y min(q(y), p_I(y))``. With ``s >= V`` (and ``alphabet >= V``)
+every pair is free and the LP is the full canonical LP, so the scheme is optimal for K = 2.
+
+**The fixed rule** (deviation, ours: the paper's exact rule for pairs outside ``L`` is not
+reproduced here). It is a *priority by ratio* ``q(x) / (p_1(x) + p_2(x))``, higher ratio
+wins -- the order in which the optimal scheme serves tokens (chapter 5 of the book: the
+closed form's minimising set is a prefix in this order, for identical drafts) -- softened:
+each fixed pair follows the priority with probability ``mix`` and otherwise selects
+either draft with probability 1/2 ("uniform", ``p_I = (p_1 + p_2)/2``, ``= p`` for identical
+drafts). ``mix`` is picked per position from an ``MIX_GRID``-point grid to maximise
+``sum min(q, p_I)`` of the rule applied to *all* pairs. The LP can reproduce any mixed rule
+on ``L``, and ``mix = 0`` gives ``p_I = p``, so the scheme is never below single-draft
+acceptance. (A first version ranked by ``sigma`` for the fixed rule, too: with drafts as
+sharp as the target it over-selected the likely tokens and fell below a single draft.)
 
 **Alphabet truncation** (``alphabet`` tokens, default 40): only the ``alphabet`` tokens
-with the most mass ``q + p_1 + p_2`` are sorted by rank (``L`` is the top ``s`` of
-them); the other ``V - alphabet`` tokens (the "rest", mostly tail tokens) are never
-sorted. Pairs are decided as follows, and ``p_I`` stays an exact closed form:
+with the most mass ``q + p_1 + p_2`` are sorted by ratio (``L`` is taken from them); the
+other ``V - alphabet`` tokens (the "rest", mostly tail tokens) are never sorted. Pairs
+are decided as follows, and ``p_I`` stays an exact closed form:
 
-* every token gets a coarse rank: one of ``SIGMA_BINS = 256`` bins, log-uniform in
-  ``|sigma|`` (computed arithmetically: no sort, no search);
+* every token gets a coarse rank: one of ``RATIO_BINS = 256`` bins, uniform in
+  ``log(ratio)`` (computed arithmetically: no sort, no search);
+* two alphabet tokens: the higher exact ratio;
 * alphabet token ``a`` vs rest token ``r``: ``a`` unless ``r`` is in a higher bin;
 * two rest tokens: the one in the higher bin; within a bin, the first draft's token (for
   identical drafts that has the same ``p_I`` as picking either with probability 1/2).
 
-(Deviation: these rules for tokens outside the alphabet are our own. Picking the first
-draft for *every* rest-rest pair lost ~5 points of acceptance at V = 50272 with a draft
-at temperature 1.5, where ~85% of the draft mass lies outside the top-40 alphabet.)
-
 Nothing is dropped: rest tokens can still be drafted, selected and output.
-
-**Softened rule** (deviation, ours): every pair decided by the fixed rule applies it with
-probability ``mix`` and otherwise selects either draft with probability 1/2. ``mix`` is
-chosen per position from a small grid to maximise ``sum min(q, p_I)`` of the rule applied
-to all pairs. "Higher rank wins" pays off when the drafts are flatter than the target
-(draft temperature > 1) but overshoots ``q`` on the top tokens when they already match it;
-uniform selection gives ``p_I = p``, so the scheme is never below single-draft acceptance.
 
 **K > 2 drafts** (the paper's multi-stage approach, as we read it): select between
 ``X_1`` and ``X_2`` as above, giving ``Y_2 ~ p_I^(2)``; then select between ``Y_2`` and
@@ -52,7 +53,7 @@ uniform selection gives ``p_I = p``, so the scheme is never below single-draft a
 and so on; ``Y_K ~ p_I^(K)`` goes to step 3. ``Y_{k-1}`` is a function of
 ``X_1..X_k`` and independent of ``X_{k+1}``, so each stage is a valid two-draft
 selection and the scheme is lossless. Each stage maximises ``sum min(q, p_I^(k))``
-greedily (our choice of stage objective).
+greedily (our choice of stage objective); for large K it can fall behind SpecTr.
 
 "Accepted" means step 3 accepted the selected draft, as in :mod:`mspec.canonical`.
 """
