@@ -126,10 +126,12 @@ def solve_rho(draft: np.ndarray, target: np.ndarray, num_drafts: int, *, sort_li
         ratio = q / p
     # Only tokens with 1 <= ratio < K change side while rho moves over [1, K]; the others
     # always add p (ratio >= K) or q / rho (ratio < 1) to beta.
-    a_fix = float(np.sum(p, where=ratio >= k))
-    b_fix = float(np.sum(q, where=ratio < 1.0))
-    band = np.flatnonzero((ratio >= 1.0) & (ratio < k))
+    high = ratio >= k
+    band = np.flatnonzero((ratio >= 1.0) & ~high)
     r, pb, qb = ratio[band], p[band], q[band]
+    a_fix = float(np.sum(p, where=high))
+    # sum of q over ratio < 1, as 1 minus the rest (q sums to 1; the 0/0 tokens have q = 0)
+    b_fix = max(0.0, 1.0 - float(np.sum(q, where=high)) - float(qb.sum()))
 
     def g(rho, a, b):  # g(rho) on a piece where beta = a + b / rho
         beta = a + b / rho
@@ -147,7 +149,7 @@ def _solve_sorted(r, pb, qb, a_fix, b_fix, k, g):
     # Exact: at breakpoint t_i = r_(i) (sorted) the p side is {j >= i}; g is evaluated at
     # every breakpoint and at K, and the root lies in the first interval where g <= 0,
     # on which beta = A_i + B_i / rho.
-    order = np.argsort(r, kind="stable")
+    order = np.argsort(r)
     r, pb, qb = r[order], pb[order], qb[order]
     ts = np.append(r, float(k))
     a = a_fix + np.append(np.cumsum(pb[::-1])[::-1], 0.0)
