@@ -20,6 +20,8 @@ def _optional(name, module):
 
 _optional("optimal", "optimal")
 _optional("experiments", "experiments")
+_optional("acceptance", "acceptance")
+_optional("decoding", "decoding")
 
 
 def main(argv=None) -> int:
