@@ -307,18 +307,3 @@ def test_spectr_rho_matches_plain_bisection():
             assert rule.rho == pytest.approx(bisection(draft, target, k), abs=1e-9)
             # the residual is a valid distribution: acceptance never puts more than q(x) on x
             assert 1 - (1 - rule.beta) ** k <= rule.rho * rule.beta + 1e-15
-
-
-def test_spectr_sorted_and_newton_paths_agree():
-    from mspec.bench import lm_like_pair
-    from mspec.spectr import solve_rho
-
-    rng = np.random.default_rng(3)
-    cases = [lm_like_pair(v, seed=s) for v, s in [(40, 0), (3000, 1)]]
-    cases += [random_case(rng, vocab=6, num_drafts=1) for _ in range(60)]
-    for draft, target in cases:
-        for k in (2, 4):
-            by_sort = solve_rho(draft, target, k, sort_limit=10**9)
-            by_newton = solve_rho(draft, target, k, sort_limit=0)
-            assert by_sort[0] == pytest.approx(by_newton[0], abs=1e-12)
-            assert by_sort[1] == pytest.approx(by_newton[1], abs=1e-12)
