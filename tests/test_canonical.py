@@ -7,29 +7,13 @@ selected draft (``induced``).
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from scipy.stats import chisquare
 
 from mspec.canonical import CanonicalScheme, _tuple_weights, induced_distribution, solve_canonical_lp
 from mspec.exact import output_distribution
 from mspec.optimal import OptimalLP
 from mspec.selection import residual
+from sampling import chi2_pvalue, sample_counts
 from strategies import draft_target, random_case
-
-
-def sample_counts(scheme, n, seed):
-    rng = np.random.default_rng(seed)
-    rows = [scheme.draft_row(i) for i in range(scheme.num_drafts)]
-    drafts = np.stack([rng.choice(scheme.vocab_size, size=n, p=row) for row in rows], axis=1)
-    counts = np.zeros(scheme.vocab_size)
-    for tokens in drafts:
-        counts[scheme.sample(tokens, rng).token] += 1
-    return counts
-
-
-def chi2_pvalue(counts, target):
-    support = target > 0
-    assert counts[~support].sum() == 0
-    return chisquare(counts[support], counts.sum() * target[support]).pvalue
 
 
 def random_weights(rng, vocab, k):

@@ -8,30 +8,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.stats import chisquare
 
 import mspec
 from mspec.closed_form import brute_force_acceptance, optimal_acceptance
 from mspec.exact import output_distribution
 from mspec.importance import ImportanceSampling
 from mspec.selection import residual
+from sampling import chi2_pvalue, sample_counts
 from strategies import draft_target, random_case
-
-
-def sample_counts(scheme, n, seed):
-    rng = np.random.default_rng(seed)
-    rows = [scheme.draft_row(i) for i in range(scheme.num_drafts)]
-    drafts = np.stack([rng.choice(scheme.vocab_size, size=n, p=row) for row in rows], axis=1)
-    counts = np.zeros(scheme.vocab_size)
-    for tokens in drafts:
-        counts[scheme.sample(tokens, rng).token] += 1
-    return counts
-
-
-def chi2_pvalue(counts, target):
-    support = target > 0
-    assert counts[~support].sum() == 0
-    return chisquare(counts[support], counts.sum() * target[support]).pvalue
 
 
 def dense_induced(stage):

@@ -3,34 +3,17 @@
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from scipy.stats import chisquare
 
 import mspec
 import mspec.optimal as optimal_module
 from mspec.closed_form import brute_force_acceptance
 from mspec.exact import output_distribution
 from mspec.optimal import MAX_LP_VARIABLES, LPSolveError, OptimalLP, draft_tuples, solve_optimal_lp
+from sampling import chi2_pvalue, sample_counts
 from strategies import draft_target, random_case
 
 # LP plans come from HiGHS's simplex at tolerance 1e-10; in practice they are exact to ~1e-15
 LP_TOL = 1e-9
-
-
-def sample_counts(scheme, n, seed):
-    """Counts of Y over ``n`` selections with drafts drawn from the scheme's draft rows."""
-    rng = np.random.default_rng(seed)
-    rows = [scheme.draft_row(i) for i in range(scheme.num_drafts)]
-    drafts = np.stack([rng.choice(scheme.vocab_size, size=n, p=row) for row in rows], axis=1)
-    counts = np.zeros(scheme.vocab_size)
-    for tokens in drafts:
-        counts[scheme.sample(tokens, rng).token] += 1
-    return counts
-
-
-def chi2_pvalue(counts, target):
-    support = target > 0
-    assert counts[~support].sum() == 0  # never outputs a token the target rules out
-    return chisquare(counts[support], counts.sum() * target[support]).pvalue
 
 
 def test_two_token_example_by_hand():

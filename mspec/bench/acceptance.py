@@ -29,7 +29,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import common, paper
-from .results import ResultTable, RowBudget, StopSweep, mean_se
+from .results import ResultTable, RowBudget, mean_se
 
 #: schemes of Table 3 (and single-draft for reference), in print order
 SCHEMES = ("optimal", "is", "spectr", "specinfer", "single")
@@ -61,18 +61,7 @@ def add_acceptance_arguments(parser) -> None:
 
 def run(args, *, on_row=None) -> int:
     """Command entry point: returns 0, or 3 when ``--max-rows`` stopped the sweep."""
-    common.setup_torch(args)
-    from ..models import load_pair
-
-    pair = load_pair(args.preset)
-    budget = RowBudget(args.max_rows, on_row)
-    try:
-        summary = run_acceptance(args, pair, budget)
-    except StopSweep as stop:
-        print(f"\n{stop}; rerun the same command to resume (stored rows are skipped)")
-        return 3
-    report_acceptance(summary)
-    return 0
+    return common.run_sweep(args, run_acceptance, report_acceptance, on_row=on_row)
 
 
 # -- distributions -------------------------------------------------------------------------------

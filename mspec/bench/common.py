@@ -185,3 +185,30 @@ def write_html(path: Path, title: str, figures: list) -> None:
     parts.append("</body></html>")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(parts), encoding="utf-8")
+
+
+def run_sweep(args, sweep, report, *, on_row=None) -> int:
+    """Body shared by the sweep commands: load the pair, run, report.
+
+    Args:
+        args: parsed options (``--preset``, ``--max-rows``, thread settings).
+        sweep: ``sweep(args, pair, budget) -> summary``; stores each row as it finishes.
+        report: ``report(summary)`` prints the tables.
+        on_row: optional hook called with every newly computed row (tests count them).
+
+    Returns:
+        0, or 3 when ``--max-rows`` stopped the sweep (rerunning resumes it).
+    """
+    from ..models import load_pair
+    from .results import RowBudget, StopSweep
+
+    setup_torch(args)
+    pair = load_pair(args.preset)
+    budget = RowBudget(args.max_rows, on_row)
+    try:
+        summary = sweep(args, pair, budget)
+    except StopSweep as stop:
+        print(f"\n{stop}; rerun the same command to resume (stored rows are skipped)")
+        return 3
+    report(summary)
+    return 0

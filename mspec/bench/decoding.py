@@ -30,7 +30,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from . import common, paper
-from .results import ResultTable, RowBudget, StopSweep, mean_se
+from .results import ResultTable, RowBudget, mean_se
 
 EXPERIMENTS = ("drafts", "temperature", "nonidentical", "topk", "truncation")
 #: multi-draft schemes compared (the paper's three)
@@ -78,18 +78,7 @@ def add_decoding_arguments(parser) -> None:
 
 def run(args, *, on_row=None) -> int:
     """Command entry point: returns 0, or 3 when ``--max-rows`` stopped the sweep."""
-    common.setup_torch(args)
-    from ..models import load_pair
-
-    pair = load_pair(args.preset)
-    budget = RowBudget(args.max_rows, on_row)
-    try:
-        summary = run_decoding(args, pair, budget)
-    except StopSweep as stop:
-        print(f"\n{stop}; rerun the same command to resume (stored rows are skipped)")
-        return 3
-    report_decoding(summary)
-    return 0
+    return common.run_sweep(args, run_decoding, report_decoding, on_row=on_row)
 
 
 def decoding_settings(args) -> dict:
