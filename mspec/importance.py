@@ -25,12 +25,13 @@ every pair is free and the LP is the full canonical LP, so the scheme is optimal
 reproduced here). It is a *priority by ratio* ``q(x) / (p_1(x) + p_2(x))``, higher ratio
 wins -- the order in which the optimal scheme serves tokens (chapter 5 of the book: the
 closed form's minimising set is a prefix in this order, for identical drafts) -- softened:
-each fixed pair follows the priority with probability ``mix`` and otherwise selects
-either draft with probability 1/2 ("uniform", ``p_I = (p_1 + p_2)/2``, ``= p`` for identical
-drafts). ``mix`` is picked per position from an ``MIX_GRID``-point grid to maximise
-``sum min(q, p_I)`` of the rule applied to *all* pairs. The LP can reproduce any mixed rule
-on ``L``, and ``mix = 0`` gives ``p_I = p``, so the scheme is never below single-draft
-acceptance. (A first version ranked by ``sigma`` for the fixed rule, too: with drafts as
+each fixed pair follows the priority with probability ``mix`` and otherwise a base rule,
+"select ``x_1`` with probability ``keep``" (``p_I = keep p_1 + (1 - keep) p_2``). Normally
+``keep = 1/2`` ("uniform": ``p_I = p`` for identical drafts) and ``mix`` is picked from an
+``MIX_GRID``-point grid to maximise ``sum min(q, p_I)`` of the rule applied to *all* pairs;
+a later stage that cannot beat its input is skipped (``keep = 1``, ``mix = 0``). The LP can
+reproduce any mixed rule on ``L``, so the scheme is never below single-draft acceptance,
+and its acceptance never falls as K grows. (A first version ranked by ``sigma`` for the fixed rule, too: with drafts as
 sharp as the target it over-selected the likely tokens and fell below a single draft.)
 
 **Alphabet truncation** (``alphabet`` tokens, default 40): only the ``alphabet`` tokens
@@ -70,10 +71,10 @@ from .selection import Selection, SelectionScheme, check_rng, residual, sample_i
 
 #: number of ratio bins used to rank tokens outside the alphabet
 RATIO_BINS = 256
+#: number of mixing weights tried between the priority rule and the base rule
+MIX_GRID = 11
 #: bins are uniform in log(ratio) over [-RATIO_LOG_RANGE, RATIO_LOG_RANGE]
 RATIO_LOG_RANGE = 30.0
-#: number of mixing weights tried between the fixed rule and uniform selection
-MIX_GRID = 11
 
 
 def ratio_bins(ratio: np.ndarray) -> np.ndarray:
@@ -109,7 +110,9 @@ class PairStage:
         lp_tokens: ``(s,)`` the ``s`` alphabet tokens of highest ``sigma``.
         w: ``(s, s)``; ``w[i, j]`` = P(select ``lp_tokens[i]`` | ``x_1 = lp_tokens[i]``,
             ``x_2 = lp_tokens[j]``); diagonal unused.
-        mix: probability with which a fixed pair follows the priority rule (else 1/2 each).
+        mix: probability with which a fixed pair follows the priority rule, else the base
+            rule: select ``x_1`` with probability ``keep``.
+        keep: 0, 1/2 or 1 (see the module docstring).
         induced: ``(V,)`` ``p_I`` of the selected token.
         lp_size: ``(variables, constraints)`` of the LP solved.
     """
@@ -169,18 +172,24 @@ class PairStage:
 
         # -- how much to trust the priority rule -------------------------------------------
         # (Deviation, ours.) Every fixed pair follows the priority rule with probability
-        # `mix` and otherwise selects either draft with probability 1/2 ("uniform":
-        # p_I = (p1 + p2)/2, = p for identical drafts). `mix` maximises sum min(q, p_I) of
-        # the rule applied to *all* pairs (concave in `mix`; a grid search); the LP then
-        # improves on it, so acceptance is never below single-draft speculative sampling.
+        # `mix` and otherwise a *base* rule: select x_1 with probability `keep`, so that
+        # p_I = keep p1 + (1 - keep) p2. Normally keep = 1/2 (p_I = p for identical drafts)
+        # and `mix` maximises sum min(q, p_I) of the rule applied to *all* pairs (concave in
+        # `mix`; a grid search). A later stage that cannot beat its input is skipped
+        # (keep = 1, mix = 0: the previous winner stays). The LP can reproduce any mixed
+        # rule on L, so acceptance never falls below single-draft sampling, nor with K.
         l1, l2 = p1[lp], p2[lp]
-        uniform = 0.5 * mass
+        base = 0.5 * mass
         grid = np.linspace(0.0, 1.0, MIX_GRID)
-        scores = [np.minimum(target, m * priority + (1.0 - m) * uniform).sum() for m in grid]
-        self.mix = mix = float(grid[int(np.argmax(scores))])
-        uniform_fixed = uniform.copy()
-        uniform_fixed[lp] = 0.5 * l1 * (1.0 - l2.sum()) + 0.5 * l2 * (1.0 - l1.sum()) + l1 * l2
-        induced = mix * priority_fixed + (1.0 - mix) * uniform_fixed
+        scores = [np.minimum(target, m * priority + (1.0 - m) * base).sum() for m in grid]
+        self.keep, self.mix = 0.5, float(grid[int(np.argmax(scores))])
+        if not same and np.minimum(target, p1).sum() >= max(scores):
+            self.keep, self.mix = 1.0, 0.0
+            base = p1
+        keep, mix = self.keep, self.mix
+        base_fixed = base.copy()
+        base_fixed[lp] = keep * l1 * (1.0 - l2.sum()) + (1.0 - keep) * l2 * (1.0 - l1.sum()) + l1 * l2
+        induced = mix * priority_fixed + (1.0 - mix) * base_fixed
 
         # -- truncated LP on L -------------------------------------------------------------
         # pairs (y, z) in L with y != z, z at y's selection cost: w(z, y) = 0 -> y selected
@@ -220,7 +229,7 @@ class PairStage:
         i1, i2 = self.lp_index[x1], self.lp_index[x2]
         if i1 >= 0 and i2 >= 0:
             return float(self.w[i1, i2])
-        return self.mix * self._priority_first(x1, x2) + 0.5 * (1.0 - self.mix)
+        return self.mix * self._priority_first(x1, x2) + self.keep * (1.0 - self.mix)
 
     def _priority_first(self, x1: int, x2: int) -> float:
         """The priority rule "higher ratio wins": 1.0 if it selects ``x1``, else 0.0."""

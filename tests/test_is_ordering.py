@@ -25,3 +25,16 @@ def test_is_beats_spectr_on_lm_like_pairs_with_two_drafts(temperature):
     spectr = mspec.SpecTr(draft=draft, target=target, num_drafts=2).acceptance()
     optimum = mspec.optimal_acceptance(draft=draft, target=target, num_drafts=2)
     assert spectr < is_acc <= optimum + 1e-12
+
+
+def test_is_acceptance_never_falls_as_drafts_are_added():
+    # a later stage that cannot beat its input keeps the previous winner
+    rng = np.random.default_rng(8)
+    for i in range(60):
+        draft, target = random_case(rng, vocab=3 + i % 5, num_drafts=1)
+        accs = [mspec.ImportanceSampling(draft=draft, target=target, num_drafts=k, s=2, alphabet=3).acceptance()
+                for k in (2, 3, 4)]
+        assert accs[0] <= accs[1] + 1e-12 and accs[1] <= accs[2] + 1e-12
+    draft, target = lm_like_pair(50272, seed=0, draft_temperature=1.0)
+    accs = [mspec.ImportanceSampling(draft=draft, target=target, num_drafts=k).acceptance() for k in (2, 4, 8)]
+    assert accs == sorted(accs)
