@@ -90,6 +90,19 @@ def ratio_bins(ratio: np.ndarray) -> np.ndarray:
     return np.minimum(((t + RATIO_LOG_RANGE) * (RATIO_BINS / (2 * RATIO_LOG_RANGE))).astype(np.int64), RATIO_BINS - 1)
 
 
+def _mix_scores(target: np.ndarray, base: np.ndarray, rule: np.ndarray, grid: np.ndarray) -> list[float]:
+    """``sum min(q, (1 - m) base + m rule)`` for each ``m`` of ``grid`` (in-place buffers)."""
+    diff = rule - base
+    buf = np.empty_like(base)
+    scores = []
+    for m in grid:
+        np.multiply(diff, m, out=buf)
+        buf += base
+        np.minimum(buf, target, out=buf)
+        scores.append(float(buf.sum()))
+    return scores
+
+
 class PairStage:
     """One two-draft selection: ``x_1 ~ p1``, ``x_2 ~ p2``, truncated LP toward ``target``.
 
@@ -181,7 +194,7 @@ class PairStage:
         l1, l2 = p1[lp], p2[lp]
         base = 0.5 * mass
         grid = np.linspace(0.0, 1.0, MIX_GRID)
-        scores = [np.minimum(target, m * priority + (1.0 - m) * base).sum() for m in grid]
+        scores = _mix_scores(target, base, priority, grid)
         self.keep, self.mix = 0.5, float(grid[int(np.argmax(scores))])
         if not same and np.minimum(target, p1).sum() >= max(scores):
             self.keep, self.mix = 1.0, 0.0
