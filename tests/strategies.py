@@ -43,3 +43,13 @@ def random_case(rng: np.random.Generator, *, vocab: int, num_drafts: int, identi
 
     draft = dist() if identical else np.stack([dist() for _ in range(num_drafts)])
     return draft, dist()
+
+
+def random_cases(seed: int, *, count: int = 80, max_vocab: int = 5, identical: bool = True):
+    """Yield ``count`` seeded ``(draft, target, K)`` cases, V in 1..max_vocab, K alternating 3 and 2."""
+    rng = np.random.default_rng(seed)
+    for n in range(count):
+        vocab = int(rng.integers(1, max_vocab + 1))
+        k = 2 if n % 2 else 3
+        draft, target = random_case(rng, vocab=vocab, num_drafts=k, identical=identical)
+        yield draft, target, k

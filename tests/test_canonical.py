@@ -13,7 +13,7 @@ from mspec.exact import output_distribution
 from mspec.optimal import OptimalLP
 from mspec.selection import residual
 from sampling import chi2_pvalue, sample_counts
-from strategies import draft_target, random_case
+from strategies import draft_target, random_case, random_cases
 
 
 def random_weights(rng, vocab, k):
@@ -36,11 +36,7 @@ def test_two_token_example_by_hand():
 
 @pytest.mark.parametrize("identical", [True, False])
 def test_canonical_optimum_equals_full_lp(identical):
-    rng = np.random.default_rng(30 + identical)
-    for n in range(80):
-        vocab = int(rng.integers(1, 6))
-        k = 2 if n % 2 else 3
-        draft, target = random_case(rng, vocab=vocab, num_drafts=k, identical=identical)
+    for draft, target, k in random_cases(30 + identical, identical=identical):
         rule = CanonicalScheme(draft=draft, target=target, num_drafts=k)
         full = OptimalLP(draft=draft, target=target, num_drafts=k)
         assert rule.acceptance() == pytest.approx(full.acceptance(), abs=1e-9)

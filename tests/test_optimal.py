@@ -10,7 +10,7 @@ from mspec.closed_form import brute_force_acceptance
 from mspec.exact import output_distribution
 from mspec.optimal import MAX_LP_VARIABLES, LPSolveError, OptimalLP, draft_tuples, solve_optimal_lp
 from sampling import chi2_pvalue, sample_counts
-from strategies import draft_target, random_case
+from strategies import draft_target, random_case, random_cases
 
 # LP plans come from HiGHS's simplex at tolerance 1e-10; in practice they are exact to ~1e-15
 LP_TOL = 1e-9
@@ -26,11 +26,7 @@ def test_two_token_example_by_hand():
 
 @pytest.mark.parametrize("identical", [True, False])
 def test_lossless_and_optimal_by_enumeration(identical):
-    rng = np.random.default_rng(20 + identical)
-    for n in range(80):
-        vocab = int(rng.integers(1, 6))
-        k = 2 if n % 2 else 3
-        draft, target = random_case(rng, vocab=vocab, num_drafts=k, identical=identical)
+    for draft, target, k in random_cases(20 + identical, identical=identical):
         rule = OptimalLP(draft=draft, target=target, num_drafts=k)
         dist, accept = output_distribution(rule)
         np.testing.assert_allclose(dist, target, atol=LP_TOL)
