@@ -16,6 +16,7 @@ from .distributions import check_distribution, distribution_from_logits
 from .exact import output_distribution
 from .importance import ImportanceSampling
 from .optimal import LPSolveError, OptimalLP, solve_optimal_lp
+from .optimal_selection import OptimalSelection, lex_optimal_induced
 from .registry import SCHEMES, get_scheme, make_scheme
 from .selection import Selection, SelectionScheme
 from .single import SingleDraft, single_draft_acceptance, single_draft_sample
@@ -49,6 +50,7 @@ __all__ = [
     "ImportanceSampling",
     "LPSolveError",
     "OptimalLP",
+    "OptimalSelection",
     "SCHEMES",
     "Selection",
     "SelectionScheme",
@@ -61,6 +63,7 @@ __all__ = [
     "get_scheme",
     "make_scheme",
     "figure2_curves",
+    "lex_optimal_induced",
     "optimal_acceptance",
     "output_distribution",
     "single_draft_acceptance",

@@ -176,7 +176,7 @@ class OptimalLP(SelectionScheme):
         tuples: ``(N, K)`` the draft tuples with positive probability.
     """
 
-    name = "optimal"
+    name = "optimal-lp"
 
     def __init__(self, *, draft, target, num_drafts=None, max_variables: int = MAX_LP_VARIABLES):
         super().__init__(draft=draft, target=target, num_drafts=num_drafts)

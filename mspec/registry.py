@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .importance import ImportanceSampling
 from .optimal import OptimalLP
+from .optimal_selection import OptimalSelection
 from .selection import SelectionScheme
 from .single import SingleDraft
 from .specinfer import SpecInfer
@@ -20,7 +21,8 @@ SCHEMES: dict[str, type[SelectionScheme]] = {
     "single": SingleDraft,
     "specinfer": SpecInfer,
     "spectr": SpecTr,
-    "optimal": OptimalLP,
+    "optimal": OptimalSelection,
+    "optimal-lp": OptimalLP,
     "is": ImportanceSampling,
 }
 

@@ -121,7 +121,7 @@ def test_solver_failure_is_an_error(monkeypatch):
 
 
 def test_bad_drafts_and_registry():
-    rule = mspec.make_scheme("optimal", draft=[0.5, 0.5, 0.0], target=[0.2, 0.2, 0.6], num_drafts=2)
+    rule = mspec.make_scheme("optimal-lp", draft=[0.5, 0.5, 0.0], target=[0.2, 0.2, 0.6], num_drafts=2)
     assert isinstance(rule, OptimalLP)
     with pytest.raises(ValueError, match="zero probability"):
         rule.conditional([0, 2])

@@ -10,6 +10,13 @@ At OPT's vocabulary (V = 50272), K = 2 identical drafts, it times, in one run:
 Then, for V = 8..64 and K = 2, 3, how the full optimal-transport LP's solve time grows
 (it has ``V^K * V`` variables). Distributions: softmax of ``3 * N(0, 1)`` logits for the
 target, the same logits at temperature 1.5 for the draft.
+
+Last, the exactly optimal scheme at any V (``"optimal"``, :mod:`mspec.optimal_selection`)
+on LM-shaped pairs (:func:`mspec.bench.lm_like_pair`) for V = 1k..256k and K = 2, 4, 8:
+its set-up (sort + PAVA + residual), the first selection step at a position (which
+builds the drafted tokens' key sets lazily), later steps, the number of blocks
+("phases") the tiling needed, and each time as a ratio to one single-draft step at the
+same V, measured in the same run.
 """
 
 from __future__ import annotations
@@ -22,10 +29,11 @@ from ..closed_form import optimal_acceptance
 from ..distributions import distribution_from_logits
 from ..importance import ImportanceSampling
 from ..optimal import MAX_LP_VARIABLES, OptimalLP
+from ..optimal_selection import OptimalSelection
 from ..single import SingleDraft
 from ..specinfer import SpecInfer
 from ..spectr import SpecTr
-from . import median_time
+from . import lm_like_pair, median_time
 
 OPT_VOCAB = 50272
 
@@ -40,6 +48,13 @@ def add_arguments(parser):
     parser.add_argument("--lp-budget", type=float, default=60.0,
                         help="skip a full LP whose solve time, extrapolated from the previous V, exceeds this (s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--full-vocabs", type=int, nargs="+", default=[1000, 4096, 16384, OPT_VOCAB, 262144],
+                        help="V for the exactly optimal scheme's scaling table")
+    parser.add_argument("--full-drafts", type=int, nargs="+", default=[2, 4, 8], help="K for that table")
+    parser.add_argument("--full-temperatures", type=float, nargs="+", default=[1.5],
+                        help="draft temperatures of the LM-shaped pairs in that table")
+    parser.add_argument("--first-step-max-vocab", type=int, default=OPT_VOCAB,
+                        help="time the first selection step only up to this V (it can take seconds)")
 
 
 def logits_pair(vocab: int, seed: int, draft_temperature: float = 1.5):
@@ -101,4 +116,44 @@ def run(args):
             gap = value - optimal_acceptance(draft=small_draft, target=small_target, num_drafts=k)
             print(f"{k:>2} {vocab:>4} {size:>11,} {took:9.3f} {gap:17.1e}")
             previous = (size, took)
+    full_vocabulary_table(args)
     return 0
+
+
+def full_vocabulary_table(args) -> None:
+    """Scaling of the exactly optimal scheme ("optimal") with V and K, against single-draft."""
+    print("\nexactly optimal selection at any V ('optimal'): LM-shaped pairs (mspec.bench.lm_like_pair)")
+    print("times in ms; 'x single' = ratio to one single-draft step at the same V (same run)")
+    print(f"{'T':>4} {'V':>7} {'K':>2} {'single':>8} {'set-up':>8} {'x single':>9} {'1st step':>10} "
+          f"{'x single':>9} {'later':>7} {'phases':>7} {'acc':>7} {'acc - closed':>13}")
+    for temperature in args.full_temperatures:
+        for vocab in args.full_vocabs:
+            draft, target = lm_like_pair(vocab, seed=args.seed, draft_temperature=temperature)
+            rng = np.random.default_rng(args.seed)
+            singles = iter(np.tile(rng.choice(vocab, size=64, p=draft), 10**4))
+            single = median_time(lambda: SingleDraft(draft=draft, target=target).sample([next(singles)], rng),
+                                 repeats=max(5, args.repeats // 10))
+            for k in args.full_drafts:
+                setup = median_time(lambda: OptimalSelection(draft=draft, target=target, num_drafts=k), repeats=3)
+                drafts = rng.choice(vocab, size=(8, k), p=draft)
+                first = later = float("nan")
+                phases = "-"
+                rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
+                if vocab <= args.first_step_max_vocab:
+                    start = time.perf_counter()
+                    rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
+                    rule.sample(drafts[0], rng)
+                    first = time.perf_counter() - start
+                    later = float(np.median([_timed(lambda t=t: rule.sample(t, rng)) for t in drafts[1:]]))
+                    phases = str(sum(piece.phases for piece in rule._pieces.values()))
+                gap = rule.acceptance() - optimal_acceptance(draft=draft, target=target, num_drafts=k)
+                print(f"{temperature:4.1f} {vocab:>7} {k:>2} {single * 1e3:8.3f} {setup * 1e3:8.2f} "
+                      f"{setup / single:9.1f} {first * 1e3:10.1f} {first / single:9.0f} {later * 1e3:7.2f} "
+                      f"{phases:>7} {rule.acceptance():7.4f} {gap:13.1e}")
+    print("goal (issue): one step incl. set-up within 5x single-draft and < 5 ms at V = 50272, K = 2, 4")
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start

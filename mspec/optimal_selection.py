@@ -1,0 +1,407 @@
+"""Exactly optimal multi-draft selection at the full vocabulary (identical drafts, any K).
+
+Beyond the paper: its practical IS scheme truncates the optimal LP (``s`` tokens, an
+alphabet of ~40) because the LP has ``V^K`` variables. Here is an exact optimum at any
+``V`` and ``K``, built from three facts (proofs in the book, chapter 6, section
+"Optimal at vocabulary scale"; the tests check each numerically).
+
+Notation (paper): K i.i.d. drafts from ``p`` (``draft``), target ``q`` (``target``),
+``g(m) = 1 - (1 - m)^K`` and ``f(A) = g(p(A))`` = P(some draft lies in A).
+
+**1. The best induced distribution (lexicographically optimal base).** Any selection rule
+induces ``x = p_I`` with ``x(A) <= f(A)`` for every token set A and ``x(V) = 1``; the
+canonical decomposition then accepts with probability ``sum_y min(q(y), x(y))``. Sort the
+tokens by ``q/p`` descending and take the greatest convex minorant of the points
+``(q(prefix), f(prefix))``; on each linear piece of slope ``s`` put ``x = s q``. The slopes
+are the isotonic (non-decreasing) regression of the per-token slopes ``v_t / q_t``
+(``v_t = f(prefix up to t) - f(prefix before t)``) with weights ``q_t`` -- computed by
+PAVA in ``O(V)`` after an ``O(V log V)`` sort. Its acceptance equals the closed form
+``min_S [q(S) + 1 - p(S)^K]`` of :mod:`mspec.closed_form`.
+
+**2. Selection by random keys.** Give each draft a random *key* in ``[0, 1]`` and select
+the draft with the smallest key. If the key of a draft of token ``t`` is uniform on a set
+``M_t`` of length ``p_t``, and the sets ``M_t`` tile ``[0, 1]``, every key is uniform on
+``[0, 1]`` and token ``t`` is selected with probability
+
+    x(t) = integral over M_t of  K (1 - y)^(K-1) dy  =  nu(M_t),
+
+the ``nu``-measure of ``M_t`` (``nu`` has distribution function ``g``). So realising
+``x`` is a tiling problem: find sets ``M_t`` with length ``p_t`` and ``nu``-mass ``x_t``.
+
+**3. The tiling, piece by piece, greedily.** Pieces of the minorant are tight
+(``x(prefix) = f(prefix)`` at their ends), so piece ``j`` gets its own interval
+``[u_j, u_j + P_j]`` of key space (earlier pieces first). Inside a piece, take the tokens
+in order of ``x_t / p_t`` descending; each takes the interval of length ``p_t`` of the
+still-free part of the piece, *measured with the used parts squeezed out*, whose
+``nu``-mass is exactly ``x_t``. This greedy never gets stuck (book: the free part keeps
+majorising what is left). In practice each new token wraps as a shell around the block
+of the tokens before it (a *window* ``[S, S + c]`` that grows on both sides); when a
+token's share is too small for that, it opens a new block further down and the old one
+is frozen ("phases" below). A token's set is then at most two intervals in the squeezed
+coordinates of its phase.
+
+Sampling needs only the drafted tokens' sets, and a token's set depends only on the
+tokens before it in its piece, so pieces are built lazily, as far as the drafts reach.
+
+Exactness: the output law is exactly ``q`` (single-draft speculative sampling from the
+true induced ``x``, whatever rounding did to the tiling, up to float rounding ~1e-15) and
+the acceptance is the closed-form optimum. Non-identical drafts are not covered: ``f`` is
+then ``1 - prod_i (1 - p_i(A))``, not a function of one additive mass, and uniform keys
+cannot reach its polytope (book section); use ``"optimal-lp"`` (small V) or ``"is"``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import isotonic_regression
+
+from .selection import Selection, SelectionScheme, check_rng, residual_and_mass, sample_index
+
+#: window positions closer than this count as equal (bisection resolves ~1e-16)
+WINDOW_TOLERANCE = 1e-13
+#: most safeguarded-Newton steps for a window position
+NEWTON_STEPS = 80
+#: stop when every window's nu-mass is this close to its target ...
+NU_TOLERANCE = 1e-15
+#: ... or its bracket is this narrow
+WIDTH_TOLERANCE = 1e-15
+#: first number of tokens a phase tries at once (then x4 while no new block is needed)
+FIRST_CHUNK = 8
+
+
+def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: int):
+    """The lexicographically optimal induced distribution (fact 1 of the module docstring).
+
+    Args:
+        draft: ``(V,)`` validated draft distribution ``p``.
+        target: ``(V,)`` validated target distribution ``q``.
+        num_drafts: K.
+
+    Returns:
+        ``(order, x_sorted, block_starts, top)``: ``order`` are the tokens with ``p > 0`` and
+        ``q > 0`` sorted by ``q/p`` descending; ``x_sorted[i]`` is ``x`` of ``order[i]``;
+        pieces are ``order[block_starts[j]:block_starts[j + 1]]``; ``top[i]`` is the draft
+        mass of ``order[:i]`` (length ``len(order) + 1``).
+    """
+    main = np.flatnonzero((draft > 0) & (target > 0))
+    ratio = target[main] / draft[main]
+    order = main[np.argsort(-ratio)]  # ties may come in any order (the optimum is unique)
+    p_sorted, q_sorted = draft[order], target[order]
+    top = np.zeros(order.size + 1)
+    np.cumsum(p_sorted, out=top[1:])
+    np.minimum(top, 1.0, out=top)
+    f_prefix = 1.0 - (1.0 - top) ** num_drafts  # f(prefix) = P(some draft in the prefix)
+    v = np.diff(f_prefix)  # what priority by q/p would give each token
+    if order.size == 0:
+        return order, np.zeros(0), np.zeros(1, dtype=np.int64), top
+    iso = isotonic_regression(v / q_sorted, weights=q_sorted, increasing=True)
+    x_sorted = iso.x * q_sorted
+    blocks = np.append(np.asarray(iso.blocks, dtype=np.int64)[:-1], order.size)
+    # each block is tight: its x sums to v(block) up to rounding; make it exact
+    sums = np.add.reduceat(x_sorted, blocks[:-1])
+    want = np.add.reduceat(v, blocks[:-1])
+    scale = np.divide(want, sums, out=np.ones_like(sums), where=sums > 0)
+    x_sorted *= np.repeat(scale, np.diff(blocks))
+    return order, x_sorted, blocks, top
+
+
+class _Piece:
+    """Greedy tiling of one piece, built lazily token by token (fact 3).
+
+    Coordinates: ``m`` in ``[0, P]`` is draft mass below the top of the piece; the piece
+    starts at global key ``u``, so ``nu`` of ``[0, m]`` is ``G(m) = (1-u)^K - (1-u-m)^K``.
+    The free part of the piece is a sorted array of gaps; a phase works in the squeezed
+    coordinate ``z`` (free length above a point). Each tiled token keeps its key set as
+    intervals in original coordinates (``frag_start``/``frag_end``, rows
+    ``first[i]:first[i] + count[i]``).
+    """
+
+    def __init__(self, masses: np.ndarray, targets: np.ndarray, start: float, num_drafts: int):
+        self.masses, self.targets, self.start, self.k = masses, targets, start, num_drafts
+        self.size = masses.size
+        self.length = float(masses.sum())
+        self.cum_mass = np.concatenate([[0.0], np.cumsum(masses)])
+        self.cum_target = np.concatenate([[0.0], np.cumsum(targets)])
+        self.done = 0  # tokens tiled so far
+        self.phases = 0
+        self.gap_start = np.array([0.0])
+        self.gap_end = np.array([self.length])
+        self.first = np.zeros(self.size, dtype=np.int64)
+        self.count = np.zeros(self.size, dtype=np.int64)
+        self._frag_start: list[float] = []
+        self._frag_end: list[float] = []
+
+    def nu(self, m):
+        base = 1.0 - self.start
+        return base**self.k - np.maximum(base - m, 0.0) ** self.k
+
+    def density(self, m):
+        base = 1.0 - self.start
+        return self.k * np.maximum(base - m, 0.0) ** (self.k - 1)
+
+    def ensure(self, i: int) -> None:
+        """Tile tokens ``0..i`` (local indices)."""
+        while self.done <= i:
+            self._phase()
+
+    def _phase(self) -> None:
+        """One phase: grow a window from token ``done`` until a token needs a new block."""
+        gap_start, lengths = self.gap_start, self.gap_end - self.gap_start
+        squeezed = np.concatenate([[0.0], np.cumsum(lengths)])  # squeezed start of each gap
+        nu_before = np.concatenate([[0.0], np.cumsum(self.nu(self.gap_end) - self.nu(gap_start))])
+        free, last = squeezed[-1], gap_start.size - 1
+
+        def where(z):  # gap index and original position of squeezed coordinate z >= 0
+            j = np.minimum(np.searchsorted(squeezed, z, side="right") - 1, last)
+            return j, gap_start[j] + np.minimum(z - squeezed[j], lengths[j])
+
+        def nu_and_density(z):  # nu of the first z of free length, and the density at z
+            j, m = where(z)
+            rest = np.maximum(base - m, 0.0)
+            return nu_before[j] + gap_nu0[j] - rest**k, k * rest ** (k - 1)
+
+        base, k = 1.0 - self.start, self.k
+        gap_nu0 = np.maximum(base - gap_start, 0.0) ** k  # nu(m) - nu(gap start) = gap_nu0 - rest^k
+        first = self.done
+        self.phases += 1
+        begin, chunk = first, FIRST_CHUNK
+        prev_s = prev_b = None
+        while True:
+            end = min(self.size, begin + chunk)
+            c = self.cum_mass[begin + 1 : end + 1] - self.cum_mass[first]  # window length
+            d = self.cum_target[begin + 1 : end + 1] - self.cum_target[first]  # its nu-mass
+            # window [S, S + c] with nu-mass d; its nu falls as S grows. Newton inside a
+            # shrinking bracket (bisection when a step leaves it).
+            lo, hi = np.zeros_like(c), np.maximum(free - c, 0.0)
+            # no root inside [0, free - c] (a prefix past the end of this phase): clamp
+            at_top = nu_and_density(c)[0] - d
+            at_bottom = nu_and_density(hi + c)[0] - nu_and_density(hi)[0] - d
+            open_ = (at_top > 0) & (at_bottom < 0)
+            # start where the window would sit if there were no holes: its mean density
+            # d/c is the density at its middle (exact for K = 2)
+            middle = base - (d / np.maximum(c, 1e-300) / k) ** (1.0 / max(k - 1, 1))
+            guess = middle - 0.5 * c - (self.length - free)
+            s = np.where(at_top <= 0, 0.0, np.where(at_bottom >= 0, hi, np.clip(guess, lo, hi)))
+            for _ in range(NEWTON_STEPS):
+                nu_b, dens_b = nu_and_density(s + c)
+                nu_t, dens_t = nu_and_density(s)
+                gap = np.where(open_, nu_b - nu_t - d, 0.0)
+                if np.all((np.abs(gap) <= NU_TOLERANCE) | (hi - lo <= WIDTH_TOLERANCE)):
+                    break
+                lo = np.where(gap > 0, s, lo)
+                hi = np.where(gap < 0, s, hi)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    step = s - gap / (dens_b - dens_t)
+                inside = (step >= lo) & (step <= hi)
+                s = np.where(gap == 0, s, np.where(inside, step, 0.5 * (lo + hi)))
+            b = s + c
+            s_prev = np.concatenate([[s[0] if prev_s is None else prev_s], s[:-1]])
+            b_prev = np.concatenate([[s[0] if prev_b is None else prev_b], b[:-1]])
+            # a shell needs the window to grow on both sides; else a new block starts
+            bad = (s > s_prev + WINDOW_TOLERANCE) | (b < b_prev - WINDOW_TOLERANCE)
+            n_ok = max(int(np.argmax(bad)) if bad.any() else s.size, 1 if begin == first else 0)
+            self._store(begin, where, s[:n_ok], s_prev[:n_ok], b_prev[:n_ok], b[:n_ok], squeezed, gap_start, lengths)
+            self.done = begin + n_ok
+            if n_ok < s.size or end == self.size:
+                break
+            prev_s, prev_b = s[-1], b[-1]
+            begin, chunk = end, chunk * 4
+        # the window of this phase is used up: squeeze it out of the gaps
+        lo_z, hi_z = self._last_window
+        keep_a = squeezed[:-1] < lo_z
+        keep_b = squeezed[1:] > hi_z
+        starts = np.concatenate([gap_start[keep_a], gap_start[keep_b] + np.maximum(hi_z - squeezed[:-1][keep_b], 0.0)])
+        ends = np.concatenate([gap_start[keep_a] + np.minimum(lengths[keep_a], lo_z - squeezed[:-1][keep_a]),
+                               self.gap_end[keep_b]])
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        nonempty = ends > starts
+        self.gap_start, self.gap_end = starts[nonempty], ends[nonempty]
+
+    def _store(self, begin, where, s, s_prev, b_prev, b, squeezed, gap_start, lengths):
+        """Record key sets (two squeezed intervals each) in original coordinates."""
+        if s.size == 0:
+            return
+        self._last_window = (float(s[-1]), float(b[-1]))
+        z0 = np.stack([s, b_prev], axis=1)  # (n, 2): top and bottom interval of each token
+        z1 = np.stack([np.maximum(s_prev, s), np.maximum(b, b_prev)], axis=1)
+        j = np.clip(np.searchsorted(squeezed, z0, side="right") - 1, 0, gap_start.size - 1)
+        simple = z1 <= squeezed[j] + lengths[j] + 1e-300  # inside one gap: one fragment
+        lo = gap_start[j] + (z0 - squeezed[j])
+        hi = gap_start[j] + np.minimum(z1 - squeezed[j], lengths[j])
+        starts: list[float] = []
+        ends: list[float] = []
+        for n in range(s.size):
+            self.first[begin + n] = len(self._frag_start) + len(starts)
+            for side in (0, 1):
+                if z1[n, side] <= z0[n, side]:
+                    continue
+                if simple[n, side]:
+                    starts.append(lo[n, side])
+                    ends.append(hi[n, side])
+                    continue
+                k = j[n, side]
+                while k < gap_start.size and squeezed[k] < z1[n, side]:
+                    a = max(z0[n, side], squeezed[k])
+                    e = min(z1[n, side], squeezed[k] + lengths[k])
+                    if e > a:
+                        starts.append(gap_start[k] + a - squeezed[k])
+                        ends.append(gap_start[k] + e - squeezed[k])
+                    k += 1
+            self.count[begin + n] = len(self._frag_start) + len(starts) - self.first[begin + n]
+        self._frag_start.extend(starts)
+        self._frag_end.extend(ends)
+
+    def fragments(self, i: int) -> list[tuple[float, float]]:
+        """Key set of local token ``i`` as global intervals."""
+        self.ensure(i)
+        a = self.first[i]
+        return [(self.start + self._frag_start[r], self.start + self._frag_end[r]) for r in range(a, a + self.count[i])]
+
+    def sample_key(self, i: int, uniform: float) -> float:
+        """Global key of a draft of local token ``i`` from one uniform number."""
+        self.ensure(i)
+        a = self.first[i]
+        starts = self._frag_start[a : a + self.count[i]]
+        ends = self._frag_end[a : a + self.count[i]]
+        w = uniform * sum(e - s for s, e in zip(starts, ends))
+        for s, e in zip(starts, ends):
+            if w < e - s:
+                return self.start + s + w
+            w -= e - s
+        return self.start + ends[-1]
+
+
+class OptimalSelection(SelectionScheme):
+    """Exactly optimal selection for K identical drafts at any vocabulary size.
+
+    Acceptance equals the closed-form optimum ``min_S [q(S) + 1 - p(S)^K]``; the output
+    law is exactly the target. See the module docstring for the construction.
+
+    Args:
+        draft: ``(V,)`` draft distribution ``p`` (K identical drafts; ``(K, V)`` with equal
+            rows is accepted).
+        target: ``(V,)`` target distribution ``q``.
+        num_drafts: K.
+
+    Attributes:
+        induced: ``(V,)`` the induced distribution ``x = p_I`` of the selection step.
+    """
+
+    name = "optimal"
+    supports_non_identical = False
+
+    def __init__(self, *, draft, target, num_drafts=None):
+        rows = np.asarray(draft, dtype=object if np.ndim(draft) == 0 else None)
+        if rows.ndim == 2 and rows.shape[0] > 1 and not np.all(rows == rows[0]):
+            raise ValueError(
+                "scheme 'optimal' needs identical drafts: pass `draft` of shape (V,) with "
+                "num_drafts=K; for different draft distributions use 'optimal-lp' (exact, "
+                "small V), 'is' or 'specinfer'"
+            )
+        super().__init__(draft=draft, target=target, num_drafts=num_drafts)
+        k = self.num_drafts
+        p, q = self.draft, self.target
+        order, x_sorted, blocks, top = lex_optimal_induced(draft=p, target=q, num_drafts=k)
+        self.order, self.blocks, self.top = order, blocks, top
+        self.rank = np.full(self.vocab_size, -1, dtype=np.int64)
+        self.rank[order] = np.arange(order.size)
+        self.piece_of = np.repeat(np.arange(blocks.size - 1), np.diff(blocks))
+        self._pieces: dict[int, _Piece] = {}
+        self._x_sorted = x_sorted
+        induced = np.zeros(self.vocab_size)
+        induced[order] = x_sorted
+        # tokens drafted but never in the target come last, each its own interval
+        # (their x does not matter: min(q, x) = 0 and the residual is 0 there)
+        self.rest = np.flatnonzero((p > 0) & (q == 0))
+        self.rest_top = top[-1] + np.concatenate([[0.0], np.cumsum(p[self.rest])])
+        g = 1.0 - (1.0 - np.minimum(self.rest_top, 1.0)) ** k
+        induced[self.rest] = np.diff(g)
+        self.induced = induced
+        self._rest_pos = np.full(self.vocab_size, -1, dtype=np.int64)
+        self._rest_pos[self.rest] = np.arange(self.rest.size)
+        self._residual, self._residual_mass = residual_and_mass(q, induced)
+
+    # --- key sets --------------------------------------------------------------------
+    def _piece(self, j: int) -> _Piece:
+        if j not in self._pieces:
+            a, b = self.blocks[j], self.blocks[j + 1]
+            self._pieces[j] = _Piece(self.draft[self.order[a:b]], self._x_sorted[a:b], self.top[a], self.num_drafts)
+        return self._pieces[j]
+
+    def key_fragments(self, token: int) -> list[tuple[float, float]]:
+        """The key set ``M_t`` of ``token`` as intervals of ``[0, 1]`` (empty if ``p_t = 0``)."""
+        r = self.rank[token]
+        if r >= 0:
+            j = self.piece_of[r]
+            return self._piece(j).fragments(int(r - self.blocks[j]))
+        pos = self._rest_pos[token]
+        if pos >= 0:
+            return [(float(self.rest_top[pos]), float(self.rest_top[pos + 1]))]
+        return []
+
+    def _sample_key(self, token: int, uniform: float) -> float:
+        r = self.rank[token]
+        if r >= 0:
+            j = self.piece_of[r]
+            return self._piece(j).sample_key(int(r - self.blocks[j]), uniform)
+        pos = self._rest_pos[token]
+        return float(self.rest_top[pos] + uniform * (self.rest_top[pos + 1] - self.rest_top[pos]))
+
+    # --- the three exact operations --------------------------------------------------
+    def acceptance(self) -> float:
+        return float(np.minimum(self.target, self.induced).sum())
+
+    def selection_probabilities(self, tokens: np.ndarray) -> np.ndarray:
+        """Exact P(draft i has the smallest key), shape ``(K,)``, for validated ``tokens``.
+
+        ``integral f_i(y) prod_{j != i} (1 - F_j(y)) dy`` with piecewise-constant key
+        densities: exact by Gauss-Legendre with K nodes between breakpoints.
+        """
+        k = tokens.size
+        sets = {int(t): np.array(self.key_fragments(int(t))) for t in np.unique(tokens)}
+        cuts = np.unique(np.concatenate([s.ravel() for s in sets.values()]))
+        nodes, weights = np.polynomial.legendre.leggauss(max(k, 1))
+        left, right = cuts[:-1], cuts[1:]
+        ys = (0.5 * (right - left)[:, None] * (nodes[None, :] + 1.0) + left[:, None]).ravel()
+        ws = (0.5 * (right - left)[:, None] * weights[None, :]).ravel()
+        density, survival = {}, {}
+        for t, frag in sets.items():
+            inside = (ys[:, None] >= frag[None, :, 0]) & (ys[:, None] < frag[None, :, 1])
+            density[t] = inside.any(axis=1) / self.draft[t]
+            covered = np.clip(ys[:, None] - frag[None, :, 0], 0.0, (frag[:, 1] - frag[:, 0])[None, :]).sum(axis=1)
+            survival[t] = 1.0 - covered / self.draft[t]
+        probs = np.empty(k)
+        for i, t in enumerate(tokens):
+            others = np.ones_like(ys)
+            for j, u in enumerate(tokens):
+                if j != i:
+                    others *= survival[int(u)]
+            probs[i] = float(np.sum(ws * density[int(t)] * others))
+        return probs
+
+    def conditional(self, drafts):
+        tokens = self.check_tokens(drafts)
+        probs = self.selection_probabilities(tokens)
+        dist = np.zeros(self.vocab_size)
+        accept = 0.0
+        for t, w in zip(tokens, probs):
+            a = min(1.0, self.target[t] / self.induced[t]) if self.induced[t] > 0 else 1.0
+            dist[t] += w * a
+            dist += w * (1.0 - a) * self._residual
+            accept += w * a
+        return dist, accept
+
+    def sample(self, drafts, rng: np.random.Generator) -> Selection:
+        tokens = self.check_tokens(drafts)
+        check_rng(rng)
+        keys = [self._sample_key(int(t), rng.random()) for t in tokens]
+        i = int(np.argmin(keys))
+        y = int(tokens[i])
+        # single-draft speculative sampling from the induced x to q
+        if rng.random() * self.induced[y] < self.target[y]:
+            return self.selection(tokens, y)
+        return Selection(sample_index(self._residual, rng), False, None)
+
+
+__all__ = ["OptimalSelection", "lex_optimal_induced"]

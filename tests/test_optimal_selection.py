@@ -1,0 +1,189 @@
+"""The exactly optimal scheme at vocabulary scale ("optimal", mspec.optimal_selection).
+
+Paper notation: K i.i.d. drafts from p (``draft``), target q (``target``).
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import mspec
+from mspec.closed_form import optimal_acceptance
+from mspec.exact import output_distribution
+from mspec.optimal import OptimalLP
+from mspec.optimal_selection import OptimalSelection, lex_optimal_induced
+
+from sampling import chi2_pvalue, sample_counts
+from strategies import random_case
+
+
+def nu(intervals, k):
+    """nu-mass of key intervals: nu has distribution function g(y) = 1 - (1 - y)^K."""
+    return sum((1 - a) ** k - (1 - b) ** k for a, b in intervals)
+
+
+def test_hand_built_priority():
+    # p = (.5, .5), q = (.9, .1), K = 2. Ratios q/p: 1.8, 0.2. The prefix {0} gives
+    # f({0}) = 1 - .5^2 = .75 and token 1 gets the remaining .25; slopes v/q = .83, 2.5
+    # already increase, so two pieces: token 0 has strict priority (keys [0, .5]).
+    # Drafts (0, 0): select 0, accept (q/x = .9/.75 > 1).  (1, 1): select 1, accept w.p.
+    # .1/.25 = .4.  (0, 1): token 0 always wins.  Acceptance .75 + .1 = .85.
+    rule = OptimalSelection(draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2)
+    np.testing.assert_allclose(rule.induced, [0.75, 0.25])
+    assert rule.key_fragments(0) == [(0.0, 0.5)] and rule.key_fragments(1) == [(0.5, 1.0)]
+    assert rule.selection_probabilities(np.array([0, 1])) == pytest.approx([1.0, 0.0])
+    assert rule.acceptance() == pytest.approx(0.85)
+
+
+def test_hand_built_shell():
+    # p = (.5, .5), q = (.6, .4), K = 2: slopes v/q = 1.25, .625 decrease, so PAVA pools them
+    # into one piece of slope 1: x = q and acceptance 1. Token 0 (larger q/p) takes the
+    # window [S, S + .5] with nu = (1-S)^2 - (.5-S)^2 = .75 - S = .6, so S = .15; token 1
+    # wraps around it: [0, .15] and [.65, 1] (nu = .2775 + .1225 = .4).
+    rule = OptimalSelection(draft=[0.5, 0.5], target=[0.6, 0.4], num_drafts=2)
+    np.testing.assert_allclose(rule.induced, [0.6, 0.4])
+    np.testing.assert_allclose(rule.key_fragments(0), [(0.15, 0.65)])
+    np.testing.assert_allclose(rule.key_fragments(1), [(0.0, 0.15), (0.65, 1.0)])
+    # drafts (0, 1): token 0 wins iff its key (uniform on [.15, .65]) is below token 1's
+    # (uniform on [0, .15] u [.65, 1]): P = .7 * 1 (token 1 above .65) + 0 = .7
+    assert rule.selection_probabilities(np.array([0, 1])) == pytest.approx([0.7, 0.3])
+    assert rule.acceptance() == pytest.approx(1.0)
+
+
+def _cases(seed, count, max_vocab, ks):
+    rng = np.random.default_rng(seed)
+    for n in range(count):
+        k = ks[n % len(ks)]
+        vocab = int(rng.integers(1, max_vocab + 1))
+        draft, target = random_case(rng, vocab=vocab, num_drafts=k)
+        yield draft, target, k
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_lossless_by_enumeration_and_acceptance_is_the_closed_form(k):
+    cases = list(_cases(10 + k, 60, 6 if k < 4 else 5, [k]))
+    cases.append((np.array([0.25] * 4), np.array([0.25] * 4), k))  # draft == target
+    cases.append((np.array([1.0, 0.0]), np.array([0.0, 1.0]), k))  # disjoint supports
+    for draft, target, kk in cases:
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=kk)
+        law, accept = output_distribution(rule)  # through the keys, tuple by tuple
+        np.testing.assert_allclose(law, target, atol=1e-12)
+        best = optimal_acceptance(draft=draft, target=target, num_drafts=kk)
+        assert accept == pytest.approx(best, abs=1e-12)
+        assert rule.acceptance() == pytest.approx(best, abs=1e-12)
+
+
+def test_key_sets_tile_the_unit_interval_with_the_right_masses():
+    for draft, target, k in _cases(3, 150, 9, [2, 3, 5]):
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
+        pieces = []
+        for token in range(draft.size):
+            frag = rule.key_fragments(token)
+            assert sum(b - a for a, b in frag) == pytest.approx(draft[token], abs=1e-13)
+            if draft[token] > 0:
+                assert nu(frag, k) == pytest.approx(rule.induced[token], abs=1e-13)
+            pieces += frag
+        pieces.sort()
+        edges = np.array(pieces)
+        np.testing.assert_allclose(edges[0, 0], 0.0, atol=1e-13)
+        np.testing.assert_allclose(edges[-1, 1], 1.0, atol=1e-13)
+        np.testing.assert_allclose(edges[1:, 0], edges[:-1, 1], atol=1e-13)  # no gap, no overlap
+
+
+def test_induced_distribution_is_in_the_polytope():
+    # x(A) <= f(A) = 1 - (1 - p(A))^K for every set A, and x(V) = 1
+    for draft, target, k in _cases(4, 40, 7, [2, 3, 4]):
+        x = OptimalSelection(draft=draft, target=target, num_drafts=k).induced
+        assert x.sum() == pytest.approx(1.0, abs=1e-12)
+        for size in range(1, draft.size + 1):
+            for subset in itertools.combinations(range(draft.size), size):
+                idx = list(subset)
+                assert x[idx].sum() <= 1 - (1 - draft[idx].sum()) ** k + 1e-12
+
+
+def test_lex_optimal_slopes_are_pooled_prefix_slopes():
+    # the slopes are non-decreasing along q/p descending, and each piece is tight
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        draft, target = random_case(rng, vocab=12, num_drafts=3)
+        order, x, blocks, top = lex_optimal_induced(draft=draft, target=target, num_drafts=3)
+        slopes = x / target[order]
+        assert np.all(np.diff(slopes) >= -1e-12)
+        f = 1 - (1 - np.minimum(top, 1)) ** 3
+        ends = blocks[1:]
+        np.testing.assert_allclose(np.cumsum(x)[ends - 1], f[ends], atol=1e-12)
+
+
+def test_matches_the_linear_program_and_beats_the_baselines():
+    for draft, target, k in _cases(6, 40, 4, [2, 3]):
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
+        assert rule.acceptance() == pytest.approx(OptimalLP(draft=draft, target=target, num_drafts=k).value, abs=1e-8)
+        for name in ("specinfer", "spectr", "is"):
+            other = mspec.make_scheme(name, draft=draft, target=target, num_drafts=k).acceptance()
+            assert rule.acceptance() >= other - 1e-12, name
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_full_vocabulary_acceptance_and_never_below_the_others(k):
+    from mspec.bench import lm_like_pair
+
+    for seed, temperature in [(0, 0.8), (1, 1.5), (2, 2.0)]:
+        draft, target = lm_like_pair(50272, seed=seed, draft_temperature=temperature)
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
+        best = optimal_acceptance(draft=draft, target=target, num_drafts=k)
+        assert rule.acceptance() == pytest.approx(best, abs=1e-9)
+        for name in ("spectr", "specinfer"):
+            other = mspec.make_scheme(name, draft=draft, target=target, num_drafts=k).acceptance()
+            assert rule.acceptance() >= other - 1e-12, name
+
+
+def test_chi_square_at_a_thousand_tokens():
+    from mspec.bench import lm_like_pair
+
+    draft, target = lm_like_pair(1000, seed=3, draft_temperature=1.5)
+    # pool the tail so every cell expects >= 5 samples: compare counts on the 60 most
+    # likely target tokens plus one "rest" cell
+    top = np.argsort(target)[::-1][:60]
+
+    def pooled(v):
+        return np.append(v[top], v.sum() - v[top].sum())
+
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=3)
+    counts = sample_counts(rule, 20_000, seed=7)
+    assert chi2_pvalue(pooled(counts), pooled(target)) > 1e-3
+    # the same sampler with a broken residual (plain target after a rejection) must fail
+    broken = OptimalSelection(draft=draft, target=target, num_drafts=3)
+    broken._residual = target.copy()
+    counts = sample_counts(broken, 20_000, seed=7)
+    assert chi2_pvalue(pooled(counts), pooled(target)) < 1e-6
+
+
+def test_sampling_frequencies_of_the_selection_step():
+    # the drafted token with the smallest key wins: its frequency is x = p_I
+    draft = np.array([0.4, 0.3, 0.2, 0.1])
+    target = np.array([0.1, 0.2, 0.3, 0.4])
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=3)
+    rng = np.random.default_rng(0)
+    n = 40_000
+    drafts = rng.choice(4, size=(n, 3), p=draft)
+    keys = np.array([[rule._sample_key(int(t), rng.random()) for t in row] for row in drafts[:4000]])
+    won = drafts[np.arange(4000), keys.argmin(axis=1)]
+    freq = np.bincount(won, minlength=4) / 4000
+    se = np.sqrt(rule.induced * (1 - rule.induced) / 4000)
+    assert np.all(np.abs(freq - rule.induced) < 5 * se + 1e-12)
+
+
+def test_bad_input_and_registry():
+    assert mspec.SCHEMES["optimal"] is OptimalSelection and mspec.SCHEMES["optimal-lp"] is OptimalLP
+    with pytest.raises(ValueError, match="identical drafts.*optimal-lp"):
+        mspec.make_scheme("optimal", draft=[[0.5, 0.5], [0.2, 0.8]], target=[0.5, 0.5])
+    same = mspec.make_scheme("optimal", draft=[[0.5, 0.5], [0.5, 0.5]], target=[0.6, 0.4])
+    assert same.num_drafts == 2 and same.acceptance() == pytest.approx(1.0)
+    rule = mspec.make_scheme("optimal", draft=[0.5, 0.5, 0.0], target=[0.2, 0.2, 0.6], num_drafts=2)
+    with pytest.raises(ValueError, match="zero probability"):
+        rule.sample([0, 2], np.random.default_rng(0))
+    with pytest.raises(ValueError, match="rng"):
+        rule.sample([0, 1], 0)
+    with pytest.raises(ValueError, match="num_drafts"):
+        OptimalSelection(draft=[0.5, 0.5], target=[0.5, 0.5])
