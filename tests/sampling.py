@@ -1,7 +1,9 @@
-"""Sampling helpers shared by the statistical (chi-square) tests."""
+"""Helpers shared by the exactness (enumeration) and statistical (chi-square) tests."""
 
 import numpy as np
 from scipy.stats import chisquare
+
+from mspec.exact import output_distribution
 
 
 def sample_counts(scheme, n, seed):
@@ -20,3 +22,12 @@ def chi2_pvalue(counts, target):
     support = target > 0
     assert counts[~support].sum() == 0  # never outputs a token the target rules out
     return chisquare(counts[support], counts.sum() * target[support]).pvalue
+
+
+def assert_exact_law(rule, target, *, atol=1e-12):
+    """Enumerate every draft tuple: the output law is ``target`` and the enumerated
+    acceptance is the scheme's own ``acceptance()``. Returns that acceptance."""
+    dist, accept = output_distribution(rule)
+    np.testing.assert_allclose(dist, target, atol=atol)
+    assert abs(accept - rule.acceptance()) <= atol
+    return accept

@@ -53,3 +53,12 @@ def random_cases(seed: int, *, count: int = 80, max_vocab: int = 5, identical: b
         k = 2 if n % 2 else 3
         draft, target = random_case(rng, vocab=vocab, num_drafts=k, identical=identical)
         yield draft, target, k
+
+
+def softmax_pair(rng: np.random.Generator, vocab: int, *, scale: float, draft_temperature: float = 1.5):
+    """``(draft, target, logits)``: target = softmax of ``scale * N(0, 1)`` logits, draft = the
+    same logits at ``draft_temperature`` (a draft flatter than the target, as in the paper)."""
+    from mspec.distributions import distribution_from_logits
+
+    logits = rng.normal(size=vocab) * scale
+    return distribution_from_logits(logits, temperature=draft_temperature), distribution_from_logits(logits), logits

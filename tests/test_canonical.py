@@ -12,7 +12,7 @@ from mspec.canonical import CanonicalScheme, _tuple_weights, induced_distributio
 from mspec.exact import output_distribution
 from mspec.optimal import OptimalLP
 from mspec.selection import residual
-from sampling import chi2_pvalue, sample_counts
+from sampling import assert_exact_law, chi2_pvalue, sample_counts
 from strategies import draft_target, random_case, random_cases
 
 
@@ -40,9 +40,7 @@ def test_canonical_optimum_equals_full_lp(identical):
         rule = CanonicalScheme(draft=draft, target=target, num_drafts=k)
         full = OptimalLP(draft=draft, target=target, num_drafts=k)
         assert rule.acceptance() == pytest.approx(full.acceptance(), abs=1e-9)
-        dist, accept = output_distribution(rule)
-        np.testing.assert_allclose(dist, target, atol=1e-12)
-        assert accept == pytest.approx(rule.acceptance(), abs=1e-12)
+        accept = assert_exact_law(rule, target, atol=1e-12)
         assert accept == pytest.approx(np.minimum(target, rule.induced).sum(), abs=1e-12)
 
 
@@ -133,7 +131,5 @@ def test_lossless_and_optimal_hypothesis(case):
     """Zeros, one-hot, draft == target, V = 1, K = 1..3, identical or not."""
     draft, target, k = case
     rule = CanonicalScheme(draft=draft, target=target, num_drafts=k)
-    dist, accept = output_distribution(rule)
-    np.testing.assert_allclose(dist, target, atol=1e-12)
-    assert accept == pytest.approx(rule.acceptance(), abs=1e-12)
+    assert_exact_law(rule, target, atol=1e-12)
     assert rule.acceptance() == pytest.approx(OptimalLP(draft=draft, target=target, num_drafts=k).acceptance(), abs=1e-9)

@@ -19,7 +19,7 @@ from mspec.closed_form import (
     prefix_order,
 )
 from mspec.optimal import OptimalLP
-from strategies import random_case
+from strategies import random_case, softmax_pair
 
 
 def test_two_token_example_by_hand():
@@ -121,9 +121,7 @@ def test_non_identical_and_equal_rows():
 
 def test_large_vocabulary_identical_beats_the_baselines():
     rng = np.random.default_rng(5)
-    logits = rng.normal(size=5000) * 3
-    target = mspec.distribution_from_logits(logits)
-    draft = mspec.distribution_from_logits(logits, temperature=1.5)
+    draft, target, _ = softmax_pair(rng, 5000, scale=3)
     best = optimal_acceptance(draft=draft, target=target, num_drafts=2)
     assert best >= mspec.SpecTr(draft=draft, target=target, num_drafts=2).acceptance() - 1e-12
     assert best >= mspec.SpecInfer(draft=draft, target=target, num_drafts=2).acceptance() - 1e-12

@@ -14,8 +14,8 @@ from mspec.closed_form import brute_force_acceptance, optimal_acceptance
 from mspec.exact import output_distribution
 from mspec.importance import ImportanceSampling
 from mspec.selection import residual
-from sampling import chi2_pvalue, sample_counts
-from strategies import draft_target, random_case
+from sampling import assert_exact_law, chi2_pvalue, sample_counts
+from strategies import draft_target, random_case, softmax_pair
 
 
 def dense_induced(stage):
@@ -44,9 +44,7 @@ def test_lossless_on_random_small_cases():
         s = int(rng.integers(1, vocab + 2))
         alphabet = int(rng.integers(min(s, vocab), vocab + 2))
         rule = ImportanceSampling(draft=draft, target=target, num_drafts=k, s=s, alphabet=alphabet)
-        dist, accept = output_distribution(rule)
-        np.testing.assert_allclose(dist, target, atol=1e-12)
-        assert accept == pytest.approx(rule.acceptance(), abs=1e-12)
+        assert_exact_law(rule, target, atol=1e-12)
         assert rule.induced.sum() == pytest.approx(1.0, abs=1e-12)
         assert rule.acceptance() <= brute_force_acceptance(draft=draft, target=target, num_drafts=k) + 1e-12
 
@@ -76,9 +74,7 @@ def test_degenerate_distributions():
 def test_closed_form_induced_with_a_truncated_alphabet(identical):
     """V = 120, alphabet 12, s = 4: p_I from prefix sums == p_I summed over all pairs."""
     rng = np.random.default_rng(43)
-    logits = rng.normal(size=120) * 3
-    target = mspec.distribution_from_logits(logits)
-    draft = mspec.distribution_from_logits(logits, temperature=1.5)
+    draft, target, logits = softmax_pair(rng, 120, scale=3)
     if not identical:
         draft = np.stack([draft, mspec.distribution_from_logits(logits + rng.normal(size=120), temperature=1.3)])
     rule = ImportanceSampling(draft=draft, target=target, num_drafts=None if not identical else 2, s=4, alphabet=12)
@@ -90,9 +86,7 @@ def test_closed_form_induced_with_a_truncated_alphabet(identical):
 
 def test_three_drafts_multistage_closed_form():
     rng = np.random.default_rng(44)
-    logits = rng.normal(size=60) * 2
-    target = mspec.distribution_from_logits(logits)
-    draft = mspec.distribution_from_logits(logits, temperature=1.5)
+    draft, target, _ = softmax_pair(rng, 60, scale=2)
     rule = ImportanceSampling(draft=draft, target=target, num_drafts=3, s=4, alphabet=10)
     assert len(rule.stages) == 2
     for stage in rule.stages:
@@ -102,9 +96,7 @@ def test_three_drafts_multistage_closed_form():
 
 def test_is_sits_between_single_draft_and_the_optimum_at_llm_size():
     rng = np.random.default_rng(45)
-    logits = rng.normal(size=50272) * 3
-    target = mspec.distribution_from_logits(logits)
-    draft = mspec.distribution_from_logits(logits, temperature=1.5)
+    draft, target, _ = softmax_pair(rng, 50272, scale=3)
     rule = ImportanceSampling(draft=draft, target=target, num_drafts=2)
     assert rule.induced.min() >= 0 and rule.induced.sum() == pytest.approx(1.0, abs=1e-12)
     single = mspec.SingleDraft(draft=draft, target=target).acceptance()
@@ -162,7 +154,5 @@ def test_lossless_hypothesis(case, s, extra):
     vocab = target.shape[0]
     alphabet = min(s, vocab) + extra
     rule = ImportanceSampling(draft=draft, target=target, num_drafts=k, s=s, alphabet=alphabet)
-    dist, accept = output_distribution(rule)
-    np.testing.assert_allclose(dist, target, atol=1e-12)
-    assert accept == pytest.approx(rule.acceptance(), abs=1e-12)
+    assert_exact_law(rule, target, atol=1e-12)
     assert rule.acceptance() <= brute_force_acceptance(draft=draft, target=target, num_drafts=k) + 1e-12

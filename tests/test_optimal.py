@@ -9,7 +9,7 @@ import mspec.optimal as optimal_module
 from mspec.closed_form import brute_force_acceptance
 from mspec.exact import output_distribution
 from mspec.optimal import MAX_LP_VARIABLES, LPSolveError, OptimalLP, draft_tuples, solve_optimal_lp
-from sampling import chi2_pvalue, sample_counts
+from sampling import assert_exact_law, chi2_pvalue, sample_counts
 from strategies import draft_target, random_case, random_cases
 
 # LP plans come from HiGHS's simplex at tolerance 1e-10; in practice they are exact to ~1e-15
@@ -28,9 +28,7 @@ def test_two_token_example_by_hand():
 def test_lossless_and_optimal_by_enumeration(identical):
     for draft, target, k in random_cases(20 + identical, identical=identical):
         rule = OptimalLP(draft=draft, target=target, num_drafts=k)
-        dist, accept = output_distribution(rule)
-        np.testing.assert_allclose(dist, target, atol=LP_TOL)
-        assert accept == pytest.approx(rule.acceptance(), abs=LP_TOL)
+        assert_exact_law(rule, target, atol=LP_TOL)
         assert rule.acceptance() == pytest.approx(
             brute_force_acceptance(draft=draft, target=target, num_drafts=k), abs=LP_TOL
         )
@@ -137,7 +135,5 @@ def test_lossless_hypothesis(case):
     """Zeros, one-hot, draft == target, V = 1, K = 1..3, identical or not."""
     draft, target, k = case
     rule = OptimalLP(draft=draft, target=target, num_drafts=k)
-    dist, accept = output_distribution(rule)
-    np.testing.assert_allclose(dist, target, atol=LP_TOL)
-    assert accept == pytest.approx(rule.acceptance(), abs=LP_TOL)
+    assert_exact_law(rule, target, atol=LP_TOL)
     assert rule.acceptance() == pytest.approx(brute_force_acceptance(draft=draft, target=target, num_drafts=k), abs=LP_TOL)
