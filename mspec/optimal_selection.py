@@ -36,9 +36,10 @@ still-free part of the piece, *measured with the used parts squeezed out*, whose
 ``nu``-mass is exactly ``x_t``. This greedy never gets stuck (book: the free part keeps
 majorising what is left). In practice each new token wraps as a shell around the block
 of the tokens before it (a *window* ``[S, S + c]`` that grows on both sides); when a
-token's share is too small for that, it opens a new block further down and the old one
-is frozen ("phases" below). A token's set is then at most two intervals in the squeezed
-coordinates of its phase.
+token's share is too small for that, it opens a new block further down, leaving a gap
+that later shells fill from below. So the free space is a stack of gaps above the
+active block plus everything below it, each token is one scalar root solve, and long
+runs of shells are solved together, vectorised.
 
 Sampling needs only the drafted tokens' sets, and a token's set depends only on the
 tokens before it in its piece, so pieces are built lazily, as far as the drafts reach.
@@ -65,8 +66,10 @@ NEWTON_STEPS = 80
 NU_TOLERANCE = 1e-15
 #: ... or its bracket is this narrow
 WIDTH_TOLERANCE = 1e-15
-#: first number of tokens a phase tries at once (then x4 while no new block is needed)
-FIRST_CHUNK = 8
+#: after this many shells in a row, solve the following ones together (vectorised)
+SHELL_RUN = 16
+#: first number of tokens such a run tries at once (then x4 while no new block is needed)
+FIRST_CHUNK = 32
 
 
 def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: int):
@@ -109,47 +112,150 @@ class _Piece:
     """Greedy tiling of one piece, built lazily token by token (fact 3).
 
     Coordinates: ``m`` in ``[0, P]`` is draft mass below the top of the piece; the piece
-    starts at global key ``u``, so ``nu`` of ``[0, m]`` is ``G(m) = (1-u)^K - (1-u-m)^K``.
-    The free part of the piece is a sorted array of gaps; a phase works in the squeezed
-    coordinate ``z`` (free length above a point). Each tiled token keeps its key set as
-    intervals in original coordinates (``frag_start``/``frag_end``, rows
-    ``first[i]:first[i] + count[i]``).
+    starts at global key ``u``, so ``nu`` of ``[a, b]`` is ``R(a) - R(b)`` with
+    ``R(m) = (1 - u - m)^K``.
+
+    State of the greedy: the used blocks lie above ``frontier`` and everything below it is
+    still free; the free gaps between blocks form a stack (``gap_start``/``gap_end``, the
+    last one nearest the active block). A token either wraps the active block as a shell
+    -- its top part eats the stack from the bottom of the nearest gap upwards, its bottom
+    part eats from ``frontier`` down -- or, when even the bottom alone would give it too
+    much ``nu``, opens a new block further down, leaving a new gap. Each step is a scalar
+    root solve; long runs of shells go to a vectorised solve of all their windows at
+    once (:meth:`_shell_run`). Each tiled token keeps its key set as intervals
+    (``frag_start``/``frag_end``, rows ``first[i]:first[i] + count[i]``).
     """
 
     def __init__(self, masses: np.ndarray, targets: np.ndarray, start: float, num_drafts: int):
         self.masses, self.targets, self.start, self.k = masses, targets, start, num_drafts
         self.size = masses.size
         self.length = float(masses.sum())
+        self.base = 1.0 - start
         self.cum_mass = np.concatenate([[0.0], np.cumsum(masses)])
         self.cum_target = np.concatenate([[0.0], np.cumsum(targets)])
+        self._p, self._x = masses.tolist(), targets.tolist()
         self.done = 0  # tokens tiled so far
-        self.phases = 0
-        self.gap_start = np.array([0.0])
-        self.gap_end = np.array([self.length])
+        self.blocks = 0  # blocks opened (a shell never opens one)
+        self.shell_run = 0  # consecutive shells just tiled
+        self.gap_start: list[float] = []
+        self.gap_end: list[float] = []
+        self.frontier = 0.0
         self.first = np.zeros(self.size, dtype=np.int64)
         self.count = np.zeros(self.size, dtype=np.int64)
         self._frag_start: list[float] = []
         self._frag_end: list[float] = []
 
-    def nu(self, m):
-        base = 1.0 - self.start
-        return base**self.k - np.maximum(base - m, 0.0) ** self.k
+    @property
+    def phases(self) -> int:
+        """Blocks the tiling opened so far (1 when every token after the first is a shell)."""
+        return self.blocks
 
-    def density(self, m):
-        base = 1.0 - self.start
-        return self.k * np.maximum(base - m, 0.0) ** (self.k - 1)
+    def nu(self, m):
+        return self.base**self.k - np.maximum(self.base - m, 0.0) ** self.k
+
+    def _r(self, m: float) -> float:
+        r = self.base - m
+        return r**self.k if r > 0.0 else 0.0
+
+    def _density(self, m: float) -> float:
+        r = self.base - m
+        return self.k * r ** (self.k - 1) if r > 0.0 else 0.0
 
     def ensure(self, i: int) -> None:
         """Tile tokens ``0..i`` (local indices)."""
         while self.done <= i:
-            self._phase()
+            if self.shell_run >= SHELL_RUN:
+                self._shell_run()
+                self.shell_run = 0
+                continue
+            self._step()
 
-    def _phase(self) -> None:
-        """One phase: grow a window from token ``done`` until a token needs a new block."""
-        gap_start, lengths = self.gap_start, self.gap_end - self.gap_start
+    def _solve(self, fn, slope, lo: float, hi: float, increasing: bool) -> float:
+        """Root of the monotone ``fn`` on ``[lo, hi]`` (clamped): Newton in a bracket."""
+        f_lo, f_hi = fn(lo), fn(hi)
+        if (f_lo >= 0.0) if increasing else (f_lo <= 0.0):
+            return lo
+        if (f_hi <= 0.0) if increasing else (f_hi >= 0.0):
+            return hi
+        z = 0.5 * (lo + hi)
+        for _ in range(NEWTON_STEPS):
+            val = fn(z)
+            if abs(val) <= NU_TOLERANCE or hi - lo <= WIDTH_TOLERANCE:
+                break
+            if (val < 0.0) == increasing:
+                lo = z
+            else:
+                hi = z
+            d = slope(z)
+            step = z - val / d if d != 0.0 else lo - 1.0
+            z = step if lo < step < hi else 0.5 * (lo + hi)
+        return z
+
+    def _step(self) -> None:
+        """Tile token ``done`` by itself (a shell or a new block)."""
+        i, r, dens = self.done, self._r, self._density
+        p, x, top = self._p[i], self._x[i], self.frontier
+        self.first[i] = len(self._frag_start)
+        bottom_only = r(top) - r(min(top + p, self.length))
+        if i == 0 or bottom_only > x + NU_TOLERANCE or not self.gap_start:
+            # a new block [top + g, top + g + p]; its nu falls as the gap g grows
+            g = self._solve(lambda g: r(top + g) - r(top + g + p) - x,
+                            lambda g: dens(top + g + p) - dens(top + g),
+                            0.0, max(self.length - top - p, 0.0), increasing=False)
+            if g > 0.0:
+                self.gap_start.append(top)
+                self.gap_end.append(top + g)
+            self._frag_start.append(top + g)
+            self._frag_end.append(top + g + p)
+            self.frontier = top + g + p
+            self.blocks += 1
+            self.shell_run = 0
+        else:
+            # a shell: length a from the nearest gaps (eaten upwards), p - a below frontier
+            used, nu_used = 0.0, 0.0  # length and nu of whole gaps eaten so far
+            while True:
+                a_gap, e_gap = self.gap_start[-1], self.gap_end[-1]
+                room = min(e_gap - a_gap, p - used)
+
+                def total(a, e=e_gap, used=used, nu_used=nu_used):
+                    return nu_used + r(e - a) - r(e) + r(top) - r(top + p - used - a) - x
+
+                if total(room) < 0.0 and room == e_gap - a_gap and len(self.gap_start) > 1:
+                    used, nu_used = used + room, nu_used + r(a_gap) - r(e_gap)
+                    self._frag_start.append(a_gap)
+                    self._frag_end.append(e_gap)
+                    self.gap_start.pop()
+                    self.gap_end.pop()
+                    continue
+                a = self._solve(total, lambda a, e=e_gap, used=used: dens(e - a) - dens(top + p - used - a),
+                                0.0, room, increasing=True)
+                if a > 0.0:
+                    self._frag_start.append(e_gap - a)
+                    self._frag_end.append(e_gap)
+                self.gap_end[-1] = e_gap - a
+                if self.gap_end[-1] <= self.gap_start[-1]:
+                    self.gap_start.pop()
+                    self.gap_end.pop()
+                below = p - used - a
+                if below > 0.0:
+                    self._frag_start.append(top)
+                    self._frag_end.append(top + below)
+                self.frontier = top + below
+                break
+            self.shell_run += 1
+        self.count[i] = len(self._frag_start) - self.first[i]
+        self.done = i + 1
+
+    def _shell_run(self) -> None:
+        """Tile a run of shells at once: the windows ``[S, S + c]`` (squeezed coordinates)
+        of all prefixes of the run, until a token needs a new block."""
+        gap_start = np.array(self.gap_start + [self.frontier])
+        gap_end = np.array(self.gap_end + [self.length])
+        lengths = gap_end - gap_start
         squeezed = np.concatenate([[0.0], np.cumsum(lengths)])  # squeezed start of each gap
-        nu_before = np.concatenate([[0.0], np.cumsum(self.nu(self.gap_end) - self.nu(gap_start))])
+        nu_before = np.concatenate([[0.0], np.cumsum(self.nu(gap_end) - self.nu(gap_start))])
         free, last = squeezed[-1], gap_start.size - 1
+        seam = squeezed[-2]  # the active block sits here, squeezed out
 
         def where(z):  # gap index and original position of squeezed coordinate z >= 0
             j = np.minimum(np.searchsorted(squeezed, z, side="right") - 1, last)
@@ -160,12 +266,11 @@ class _Piece:
             rest = np.maximum(base - m, 0.0)
             return nu_before[j] + gap_nu0[j] - rest**k, k * rest ** (k - 1)
 
-        base, k = 1.0 - self.start, self.k
+        base, k = self.base, self.k
         gap_nu0 = np.maximum(base - gap_start, 0.0) ** k  # nu(m) - nu(gap start) = gap_nu0 - rest^k
         first = self.done
-        self.phases += 1
         begin, chunk = first, FIRST_CHUNK
-        prev_s = prev_b = None
+        prev_s = prev_b = seam
         while True:
             end = min(self.size, begin + chunk)
             c = self.cum_mass[begin + 1 : end + 1] - self.cum_mass[first]  # window length
@@ -173,15 +278,11 @@ class _Piece:
             # window [S, S + c] with nu-mass d; its nu falls as S grows. Newton inside a
             # shrinking bracket (bisection when a step leaves it).
             lo, hi = np.zeros_like(c), np.maximum(free - c, 0.0)
-            # no root inside [0, free - c] (a prefix past the end of this phase): clamp
+            # no root inside [0, free - c] (a prefix past the end of this run): clamp
             at_top = nu_and_density(c)[0] - d
             at_bottom = nu_and_density(hi + c)[0] - nu_and_density(hi)[0] - d
             open_ = (at_top > 0) & (at_bottom < 0)
-            # start where the window would sit if there were no holes: its mean density
-            # d/c is the density at its middle (exact for K = 2)
-            middle = base - (d / np.maximum(c, 1e-300) / k) ** (1.0 / max(k - 1, 1))
-            guess = middle - 0.5 * c - (self.length - free)
-            s = np.where(at_top <= 0, 0.0, np.where(at_bottom >= 0, hi, np.clip(guess, lo, hi)))
+            s = np.where(at_top <= 0, 0.0, np.where(at_bottom >= 0, hi, np.clip(seam - 0.5 * c, lo, hi)))
             for _ in range(NEWTON_STEPS):
                 nu_b, dens_b = nu_and_density(s + c)
                 nu_t, dens_t = nu_and_density(s)
@@ -195,34 +296,36 @@ class _Piece:
                 inside = (step >= lo) & (step <= hi)
                 s = np.where(gap == 0, s, np.where(inside, step, 0.5 * (lo + hi)))
             b = s + c
-            s_prev = np.concatenate([[s[0] if prev_s is None else prev_s], s[:-1]])
-            b_prev = np.concatenate([[s[0] if prev_b is None else prev_b], b[:-1]])
+            s_prev = np.concatenate([[prev_s], s[:-1]])
+            b_prev = np.concatenate([[prev_b], b[:-1]])
             # a shell needs the window to grow on both sides; else a new block starts
             bad = (s > s_prev + WINDOW_TOLERANCE) | (b < b_prev - WINDOW_TOLERANCE)
-            n_ok = max(int(np.argmax(bad)) if bad.any() else s.size, 1 if begin == first else 0)
+            n_ok = int(np.argmax(bad)) if bad.any() else s.size
             self._store(begin, where, s[:n_ok], s_prev[:n_ok], b_prev[:n_ok], b[:n_ok], squeezed, gap_start, lengths)
             self.done = begin + n_ok
+            if n_ok:
+                prev_s, prev_b = float(s[n_ok - 1]), float(b[n_ok - 1])
             if n_ok < s.size or end == self.size:
                 break
-            prev_s, prev_b = s[-1], b[-1]
             begin, chunk = end, chunk * 4
-        # the window of this phase is used up: squeeze it out of the gaps
-        lo_z, hi_z = self._last_window
-        keep_a = squeezed[:-1] < lo_z
-        keep_b = squeezed[1:] > hi_z
-        starts = np.concatenate([gap_start[keep_a], gap_start[keep_b] + np.maximum(hi_z - squeezed[:-1][keep_b], 0.0)])
-        ends = np.concatenate([gap_start[keep_a] + np.minimum(lengths[keep_a], lo_z - squeezed[:-1][keep_a]),
-                               self.gap_end[keep_b]])
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], ends[order]
-        nonempty = ends > starts
-        self.gap_start, self.gap_end = starts[nonempty], ends[nonempty]
+        # the run's window [prev_s, prev_b] is used: eat [prev_s, seam) from the stack
+        # (bottom of the nearest gap upwards) and [seam, prev_b) below the frontier
+        eat = max(seam - prev_s, 0.0)
+        while eat > 0.0 and self.gap_start:
+            room = self.gap_end[-1] - self.gap_start[-1]
+            if eat >= room:
+                eat -= room
+                self.gap_start.pop()
+                self.gap_end.pop()
+            else:
+                self.gap_end[-1] -= eat
+                eat = 0.0
+        self.frontier += max(prev_b - seam, 0.0)
 
     def _store(self, begin, where, s, s_prev, b_prev, b, squeezed, gap_start, lengths):
         """Record key sets (two squeezed intervals each) in original coordinates."""
         if s.size == 0:
             return
-        self._last_window = (float(s[-1]), float(b[-1]))
         z0 = np.stack([s, b_prev], axis=1)  # (n, 2): top and bottom interval of each token
         z1 = np.stack([np.maximum(s_prev, s), np.maximum(b, b_prev)], axis=1)
         j = np.clip(np.searchsorted(squeezed, z0, side="right") - 1, 0, gap_start.size - 1)

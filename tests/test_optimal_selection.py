@@ -43,8 +43,8 @@ def test_hand_built_shell():
     # wraps around it: [0, .15] and [.65, 1] (nu = .2775 + .1225 = .4).
     rule = OptimalSelection(draft=[0.5, 0.5], target=[0.6, 0.4], num_drafts=2)
     np.testing.assert_allclose(rule.induced, [0.6, 0.4])
-    np.testing.assert_allclose(rule.key_fragments(0), [(0.15, 0.65)])
-    np.testing.assert_allclose(rule.key_fragments(1), [(0.0, 0.15), (0.65, 1.0)])
+    np.testing.assert_allclose(rule.key_fragments(0), [(0.15, 0.65)], atol=1e-15)
+    np.testing.assert_allclose(rule.key_fragments(1), [(0.0, 0.15), (0.65, 1.0)], atol=1e-15)
     # drafts (0, 1): token 0 wins iff its key (uniform on [.15, .65]) is below token 1's
     # (uniform on [0, .15] u [.65, 1]): P = .7 * 1 (token 1 above .65) + 0 = .7
     assert rule.selection_probabilities(np.array([0, 1])) == pytest.approx([0.7, 0.3])

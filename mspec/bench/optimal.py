@@ -15,7 +15,7 @@ Last, the exactly optimal scheme at any V (``"optimal"``, :mod:`mspec.optimal_se
 on LM-shaped pairs (:func:`mspec.bench.lm_like_pair`) for V = 1k..256k and K = 2, 4, 8:
 its set-up (sort + PAVA + residual), the first selection step at a position (which
 builds the drafted tokens' key sets lazily), later steps, the number of blocks
-("phases") the tiling needed, and each time as a ratio to one single-draft step at the
+the tiling opened, and each time as a ratio to one single-draft step at the
 same V, measured in the same run.
 """
 
@@ -125,7 +125,7 @@ def full_vocabulary_table(args) -> None:
     print("\nexactly optimal selection at any V ('optimal'): LM-shaped pairs (mspec.bench.lm_like_pair)")
     print("times in ms; 'x single' = ratio to one single-draft step at the same V (same run)")
     print(f"{'T':>4} {'V':>7} {'K':>2} {'single':>8} {'set-up':>8} {'x single':>9} {'1st step':>10} "
-          f"{'x single':>9} {'later':>7} {'phases':>7} {'acc':>7} {'acc - closed':>13}")
+          f"{'x single':>9} {'later':>7} {'blocks':>7} {'acc':>7} {'acc - closed':>13}")
     for temperature in args.full_temperatures:
         for vocab in args.full_vocabs:
             draft, target = lm_like_pair(vocab, seed=args.seed, draft_temperature=temperature)
