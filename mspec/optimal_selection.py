@@ -41,11 +41,23 @@ that later shells fill from below. So the free space is a stack of gaps above th
 active block plus everything below it, each token is one scalar root solve, and long
 runs of shells are solved together, vectorised.
 
-Sampling needs only the drafted tokens' sets, and a token's set depends only on the
-tokens before it in its piece, so pieces are built lazily, as far as the drafts reach.
+**4. Faster: slots and a pool (the default, ``tiling="pool"``).** Keys need not come from
+sets: if a draft of token ``t`` draws its key with density ``w_t(y) / p_t`` and the shares
+``w_t(y)`` add up to 1 at every key, keys are still uniform and P(select t) is the
+``nu``-integral of ``w_t``. In a piece of mean density ``g``, tokens denser than ``g`` own
+*front slots* in ``x/p`` order from the top, sparser ones *back slots* from the bottom,
+and each puts the rest of its length into one shared *pool* between them. The slot edges
+solve ``H(C) - g C = sum (x - g p)`` over the tokens so far (prefix sums, one vectorised
+root solve), which makes the pool's mean density exactly ``g`` and every token's
+``nu``-mass exactly ``x_t`` (:class:`_PoolPiece`). A token that would need a slot longer
+than itself shares one with the tokens before it (a group); if even that fails the piece
+falls back to the greedy of fact 3. Only the edges that are needed are solved.
+
+Sampling needs only the drafted tokens' key laws, so pieces are built lazily, only those
+the drafts reach.
 
 Exactness: the output law is exactly ``q`` (single-draft speculative sampling from the
-true induced ``x``, whatever rounding did to the tiling, up to float rounding ~1e-15) and
+induced ``x``; the key laws realise ``x`` up to float rounding, ~1e-15) and
 the acceptance is the closed-form optimum. Non-identical drafts are not covered: ``f`` is
 then ``1 - prod_i (1 - p_i(A))``, not a function of one additive mass, and uniform keys
 cannot reach its polytope (book section); use ``"optimal-lp"`` (small V) or ``"is"``.
@@ -70,6 +82,14 @@ WIDTH_TOLERANCE = 1e-15
 SHELL_RUN = 16
 #: first number of tokens such a run tries at once (then x4 while no new block is needed)
 FIRST_CHUNK = 32
+#: a slot may exceed its token's length by this fraction (rounding) before the pool
+#: construction is refused for the piece
+SLOT_TOLERANCE = 1e-12
+#: how pieces are realised: "pool" (slots and a shared pool, vectorised; the greedy where
+#: that is not valid) or "greedy" (always the greedy tiling)
+TILINGS = ("pool", "greedy")
+#: absolute rounding of a slot edge (the edges are solved to ~1e-16)
+EDGE_TOLERANCE = 1e-15
 
 
 def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: int):
@@ -86,26 +106,41 @@ def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: in
         pieces are ``order[block_starts[j]:block_starts[j + 1]]``; ``top[i]`` is the draft
         mass of ``order[:i]`` (length ``len(order) + 1``).
     """
-    main = np.flatnonzero((draft > 0) & (target > 0))
-    ratio = target[main] / draft[main]
-    order = main[np.argsort(-ratio)]  # ties may come in any order (the optimum is unique)
+    both = (draft > 0) & (target > 0)
+    if both.all():  # the usual case (softmax outputs): no gathering needed
+        order = np.argsort(target / draft)[::-1]  # ties may come in any order (the optimum is unique)
+    else:
+        main = np.flatnonzero(both)
+        order = main[np.argsort(target[main] / draft[main])[::-1]]
     p_sorted, q_sorted = draft[order], target[order]
     top = np.zeros(order.size + 1)
     np.cumsum(p_sorted, out=top[1:])
     np.minimum(top, 1.0, out=top)
-    f_prefix = 1.0 - (1.0 - top) ** num_drafts  # f(prefix) = P(some draft in the prefix)
+    f_prefix = 1.0 - _power(1.0 - top, num_drafts)  # f(prefix) = P(some draft in the prefix)
     v = np.diff(f_prefix)  # what priority by q/p would give each token
     if order.size == 0:
         return order, np.zeros(0), np.zeros(1, dtype=np.int64), top
     iso = isotonic_regression(v / q_sorted, weights=q_sorted, increasing=True)
     x_sorted = iso.x * q_sorted
     blocks = np.append(np.asarray(iso.blocks, dtype=np.int64)[:-1], order.size)
-    # each block is tight: its x sums to v(block) up to rounding; make it exact
+    # each block is tight: its x sums to f(end) - f(start) up to rounding; make it exact
     sums = np.add.reduceat(x_sorted, blocks[:-1])
-    want = np.add.reduceat(v, blocks[:-1])
+    want = f_prefix[blocks[1:]] - f_prefix[blocks[:-1]]
     scale = np.divide(want, sums, out=np.ones_like(sums), where=sums > 0)
     x_sorted *= np.repeat(scale, np.diff(blocks))
     return order, x_sorted, blocks, top
+
+
+def _power(base: np.ndarray, k: int) -> np.ndarray:
+    """``base ** k`` for an integer ``k >= 1`` by squaring in place (much faster than pow)."""
+    square, result = base.copy(), None
+    while True:
+        if k & 1:
+            result = square.copy() if result is None else np.multiply(result, square, out=result)
+        k >>= 1
+        if not k:
+            return result
+        np.multiply(square, square, out=square)
 
 
 class _Piece:
@@ -355,13 +390,14 @@ class _Piece:
         self._frag_start.extend(starts)
         self._frag_end.extend(ends)
 
-    def fragments(self, i: int) -> list[tuple[float, float]]:
-        """Key set of local token ``i`` as global intervals."""
+    def fragments(self, i: int, mass: float = 0.0) -> list[tuple[float, float, float]]:
+        """Key set of local token ``i`` as global intervals ``(start, end, 1.0)``."""
         self.ensure(i)
         a = self.first[i]
-        return [(self.start + self._frag_start[r], self.start + self._frag_end[r]) for r in range(a, a + self.count[i])]
+        return [(self.start + self._frag_start[r], self.start + self._frag_end[r], 1.0)
+                for r in range(a, a + self.count[i])]
 
-    def sample_key(self, i: int, uniform: float) -> float:
+    def sample_key(self, i: int, mass: float, uniform: float) -> float:
         """Global key of a draft of local token ``i`` from one uniform number."""
         self.ensure(i)
         a = self.first[i]
@@ -375,6 +411,255 @@ class _Piece:
         return self.start + ends[-1]
 
 
+class _PoolPiece:
+    """Slots and a shared pool: a vectorised realisation of one piece (fact 4).
+
+    Coordinates as in :class:`_Piece` (``m`` in ``[0, P]`` below the top of the piece,
+    ``H(m) = nu([0, m])`` and density ``h = H'``, decreasing). ``g`` is the piece's mean
+    density ``H(P) / P``. Tokens denser than ``g`` (``b_t = x_t / p_t > g``) get *front slots*
+    ``[C_{t-1}, C_t]`` in ``b`` order from the top, tokens sparser than ``g`` get *back slots*
+    from the bottom, and every token puts the rest of its length, ``r_t = p_t - |slot|``,
+    into one shared *pool* -- the interval between the front and the back slots -- spread
+    uniformly over it. A key of token ``t`` is uniform on its slot with probability
+    ``|slot| / p_t``, else uniform on the pool. The slot edges solve, with prefix sums only,
+
+        H(C_t) - g C_t = sum_{u <= t} (x_u - g p_u)                 (front, in b order)
+        g D_t - (H(P) - H(P - D_t)) = sum_{u >= t} (g p_u - x_u)    (back, from the end)
+
+    because the pool's mean density is then exactly ``g`` and each token gets
+    ``nu(slot) + r_t g = x_t``. A token must not need a slot longer than itself
+    (``r_t >= 0``); where one does, it shares one slot with the tokens before it: a
+    *group* of tokens spreads uniformly over the union of their slots, token ``t`` owning
+    ``l_t = p_t (b_t - g) / (mean density of the slot - g)`` of it (the same equations at
+    the group's edges). :meth:`build` returns ``None`` if even that fails, and the caller
+    falls back to the greedy :class:`_Piece`.
+    """
+
+    def __init__(self, start, length, n, front, back, num_drafts):
+        self.start, self.length, self.n, self.k = start, length, n, num_drafts
+        self.front, self.back = front, back
+        self._tilings: dict[int, _Piece] = {}
+        self.pool_start = float(front.edge(front.size)) if front.size else 0.0
+        pool_end = length - (float(back.edge(back.size)) if back.size else 0.0)
+        self.pool_len = max(pool_end - self.pool_start, 0.0)
+        self.phases = 0  # no greedy blocks
+
+    @classmethod
+    def build(cls, masses: np.ndarray, targets: np.ndarray, start: float, num_drafts: int):
+        """The piece's slots and pool, or ``None`` when some token needs a slot longer than
+        itself even in a group."""
+        k, base = num_drafts, 1.0 - start
+        length = float(masses.sum())
+        n = masses.size
+
+        def big_h(m):  # nu([0, m]) of the piece
+            return base**k - np.maximum(base - m, 0.0) ** k
+
+        total = float(big_h(length))
+        g = total / length if length > 0 else 0.0
+        dens = targets / masses
+        # the densities are sorted descending: front is a prefix, back a suffix
+        n_front, n_back = (int(np.sum(dens > g)), int(np.sum(dens < g))) if k > 1 else (0, 0)
+        # with u = base - m the edge equations read u^K - g u = const; h = g at u_star
+        u_star = min(max((g / k) ** (1.0 / (k - 1)), base - length), base) if k > 1 else base
+        phi_star = u_star**k - g * u_star
+        top_value, bottom = base**k - g * base, base - length
+        bottom_value = bottom**k - g * bottom
+        front = _Side(
+            masses[:n_front], targets[:n_front], g,
+            want=np.cumsum(targets[:n_front] - g * masses[:n_front]),  # Phi(C_t) = H(C_t) - g C_t
+            edge_of=lambda want: base - _power_root(np.maximum(top_value - want, phi_star), g, k, True, base),
+            window_nu=lambda lo, hi: big_h(hi) - big_h(lo),
+            extent=base - u_star, most=top_value - phi_star, denser=True)
+        back = _Side(  # measured from the bottom of the piece, the sparsest token first
+            masses[n - n_back:][::-1], targets[n - n_back:][::-1], g,
+            want=np.cumsum((g * masses[n - n_back:] - targets[n - n_back:])[::-1]),  # Psi(D_t)
+            edge_of=lambda want: _power_root(np.maximum(bottom_value - want, phi_star), g, k, False, bottom) - bottom,
+            window_nu=lambda lo, hi: big_h(length - lo) - big_h(length - hi),
+            extent=u_star - bottom, most=bottom_value - phi_star, denser=False)
+        if not (front.settle() and back.settle()):
+            return None
+        return cls(start, length, n, front, back, k)
+
+    def _slot(self, i: int):
+        """``(lo, hi, own)``: local token ``i``'s slot in piece coordinates, and the length
+        of it the token owns (0 for a slot that rounds to nothing)."""
+        if i < self.front.size:
+            lo, hi, own = self.front.slot(i)
+        elif self.n - 1 - i < self.back.size:
+            lo, hi, own = self.back.slot(self.n - 1 - i)
+            lo, hi = self.length - hi, self.length - lo
+        else:
+            return 0.0, 0.0, 0.0
+        return (lo, hi, own) if hi > lo else (lo, lo, 0.0)
+
+    def _top_tiling(self, i: int):
+        """The greedy tiling of the top group that front token ``i`` belongs to, if any."""
+        if i >= self.front.size or i not in self.front.groups:
+            return None
+        end = self.front.groups[i][1]
+        if end not in self.front.tiled:
+            return None
+        if end not in self._tilings:
+            own, held = self.front.tiled[end]
+            self._tilings[end] = _Piece(own, held, self.start, self.k)
+        return self._tilings[end]
+
+    def fragments(self, i: int, mass: float) -> list[tuple[float, float, float]]:
+        """Key law of local token ``i`` (draft mass ``mass``): ``(start, end, weight)``, with
+        weight = the share of the keys there that belong to the token."""
+        lo, hi, own = self._slot(i)
+        share = max(mass - own, 0.0)
+        out = []
+        tiling = self._top_tiling(i)
+        if tiling is not None:
+            out += tiling.fragments(i)
+        elif own > 0.0:
+            out.append((self.start + lo, self.start + hi, own / (hi - lo)))
+        if share > 0.0 and self.pool_len > 0.0:
+            a = self.start + self.pool_start
+            out.append((a, a + self.pool_len, share / self.pool_len))
+        return out
+
+    def sample_key(self, i: int, mass: float, uniform: float) -> float:
+        """Global key of a draft of local token ``i`` from one uniform number."""
+        lo, hi, own = self._slot(i)
+        share = max(mass - own, 0.0)
+        w = uniform * (own + share)
+        if w < own or share <= 0.0 or self.pool_len <= 0.0:
+            tiling = self._top_tiling(i)
+            if tiling is not None:
+                return tiling.sample_key(i, own, min(w / own, 1.0))
+            return float(self.start + lo + (min(w / own, 1.0) * (hi - lo) if own > 0.0 else 0.0))
+        return float(self.start + self.pool_start + (w - own) / share * self.pool_len)
+
+
+class _Side:
+    """The front (or back) slots of a :class:`_PoolPiece`, built lazily.
+
+    Tokens come from the most extreme density inwards and ``edges`` are measured from that
+    end of the piece: token ``i``'s own slot is ``[edges[i], edges[i + 1]]`` where
+    ``edges[i + 1]`` solves ``Phi(edge) = want[i]`` (``Phi`` concave, rising on
+    ``[0, extent]`` up to ``most``). Only the edges that are needed are solved: a token
+    provably fits its slot when the window of length ``p_t`` that starts at an *upper
+    bound* of its first edge (the chord of ``Phi``) already holds enough (front) or
+    little enough (back) ``nu``; the others are checked exactly, and the ones that do not
+    fit are grouped with the tokens before them (:meth:`settle`).
+    """
+
+    def __init__(self, masses, targets, g, *, want, edge_of, window_nu, extent, most, denser):
+        self.masses, self.targets, self.g, self.want = masses, targets, g, want
+        self.edge_of, self.window_nu, self.denser = edge_of, window_nu, denser
+        self.extent, self.most = extent, most
+        self.size = masses.size
+        self.edges = np.full(self.size + 1, np.nan)
+        self.edges[0] = 0.0
+        self.groups: dict[int, tuple[int, int, float]] = {}  # token -> (first, end, own)
+        self.tiled: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # end -> (own lengths, nu) of a top group
+
+    def edge(self, i):
+        """``edges[i]`` (an int or an index array), solving the missing ones."""
+        idx = np.atleast_1d(i)
+        missing = idx[np.isnan(self.edges[idx])]
+        if missing.size:
+            missing = np.unique(missing)
+            self.edges[missing] = np.clip(self.edge_of(self.want[missing - 1]), 0.0, self.extent)
+        return self.edges[i]
+
+    def settle(self) -> bool:
+        """Find the tokens that need a group, and group them; False if impossible."""
+        if self.size == 0:
+            return True
+        masses, g = self.masses, self.g
+        if self.size <= 64 or self.extent <= 0.0 or self.most <= 0.0:
+            suspects = np.arange(self.size)
+        else:
+            before = np.concatenate([[0.0], self.want[:-1]])
+            bound = self.extent * np.clip(before / self.most, 0.0, 1.0)  # >= edges[:-1] (chord)
+            held = self.window_nu(bound, bound + masses)
+            fits = held >= self.targets if self.denser else held <= self.targets
+            suspects = np.flatnonzero(~fits)
+        too_long = suspects
+        if suspects.size:
+            self.edge(np.concatenate([suspects, suspects + 1]))
+            widths = self.edges[suspects + 1] - self.edges[suspects]
+            too_long = suspects[widths > masses[suspects] * (1.0 + SLOT_TOLERANCE) + EDGE_TOLERANCE]
+        dens = self.targets / masses
+        for t in too_long:
+            s, e = int(t), int(t) + 1
+            while True:
+                if s == 0:
+                    if self.denser and self._tile_top_group(e):
+                        break
+                    return False
+                s = self.groups[s - 1][0] if (s - 1) in self.groups else s - 1
+                lo, hi = float(self.edge(s)), float(self.edge(e))
+                d = float(self.window_nu(lo, hi)) / (hi - lo)
+                own = masses[s:e] * (dens[s:e] - g) / (d - g)
+                if np.all(own <= masses[s:e] * (1.0 + SLOT_TOLERANCE) + EDGE_TOLERANCE):
+                    own *= (hi - lo) / own.sum()  # the group owns exactly its width
+                    for r in range(s, e):
+                        self.groups[r] = (s, e, float(min(own[r - s], masses[r])))
+                    break
+        return True
+
+    def _tile_top_group(self, e: int) -> bool:
+        """Tokens ``0..e-1`` at the very top whose densities come close to the largest one
+        (a nearly tight prefix): a uniform group cannot serve them, but a greedy tiling
+        (fact 3) of their joint slot ``[0, edges[e]]`` can. Each owns the same fraction
+        ``lam = edges[e] / p(tokens)`` of its length there, and ``nu``-mass
+        ``x_t - g (p_t - own_t)``; the greedy needs those to pass the prefix test."""
+        width = float(self.edge(e))
+        masses = self.masses[:e]
+        own = masses * (width / masses.sum())
+        held = self.targets[:e] - self.g * (masses - own)
+        if np.any(held < 0.0) or np.any(np.cumsum(held) > self.window_nu(0.0, np.cumsum(own)) + EDGE_TOLERANCE):
+            return False
+        self.tiled[e] = (own, held)
+        for r in range(e):
+            self.groups[r] = (0, e, float(own[r]))
+        return True
+
+    def slot(self, i: int):
+        """``(lo, hi, own)`` of token ``i``, measured from this side's end."""
+        if i in self.groups:
+            s, e, own = self.groups[i]
+            return float(self.edge(s)), float(self.edge(e)), own
+        lo, hi = self.edge(np.array([i, i + 1]))
+        return float(lo), float(hi), float(min(hi - lo, self.masses[i]))
+
+
+def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -> np.ndarray:
+    """Solve ``u^K - g u = rhs`` elementwise on its rising (``u >= u_star``) or falling branch.
+
+    ``K = 2`` is the quadratic formula. Otherwise Newton's method from ``start`` (the far
+    end of the branch, beyond the root): ``u^K - g u`` is convex, so the iterates move
+    monotonically to the root without overshooting. Converged entries leave the iteration.
+    """
+    rhs = np.asarray(rhs, dtype=float)
+    if k == 2:
+        root = np.sqrt(np.maximum(g * g + 4.0 * rhs, 0.0))
+        return 0.5 * (g + root) if rising else 0.5 * (g - root)
+    u = np.full(rhs.shape, start, dtype=float)
+    active = np.arange(u.size)
+    z, r = u.copy(), rhs
+    for _ in range(NEWTON_STEPS):
+        power = z ** (k - 1)
+        slope = k * power - g
+        value = power * z - g * z - r
+        step = np.divide(value, slope, out=np.zeros_like(value), where=slope != 0.0)
+        z = z - step
+        done = np.abs(step) <= 2e-16 * np.maximum(np.abs(z), 0.5)
+        if done.all():
+            break
+        if 2 * np.count_nonzero(done) > done.size:
+            u[active[done]] = z[done]
+            active, z, r = active[~done], z[~done], r[~done]
+    u[active] = z
+    return u
+
+
+
 class OptimalSelection(SelectionScheme):
     """Exactly optimal selection for K identical drafts at any vocabulary size.
 
@@ -386,6 +671,9 @@ class OptimalSelection(SelectionScheme):
             rows is accepted).
         target: ``(V,)`` target distribution ``q``.
         num_drafts: K.
+        tiling: how each piece's key laws are built: ``"pool"`` (default: slots and a
+            shared pool, vectorised, with the greedy as the fallback) or ``"greedy"``
+            (the greedy tiling by sets, token by token; used by the book to teach it).
 
     Attributes:
         induced: ``(V,)`` the induced distribution ``x = p_I`` of the selection step.
@@ -394,7 +682,10 @@ class OptimalSelection(SelectionScheme):
     name = "optimal"
     supports_non_identical = False
 
-    def __init__(self, *, draft, target, num_drafts=None):
+    def __init__(self, *, draft, target, num_drafts=None, tiling: str = "pool"):
+        if tiling not in TILINGS:
+            raise ValueError(f"tiling must be one of {TILINGS}, got {tiling!r}")
+        self.tiling = tiling
         rows = np.asarray(draft, dtype=object if np.ndim(draft) == 0 else None)
         if rows.ndim == 2 and rows.shape[0] > 1 and not np.all(rows == rows[0]):
             raise ValueError(
@@ -409,7 +700,6 @@ class OptimalSelection(SelectionScheme):
         self.order, self.blocks, self.top = order, blocks, top
         self.rank = np.full(self.vocab_size, -1, dtype=np.int64)
         self.rank[order] = np.arange(order.size)
-        self.piece_of = np.repeat(np.arange(blocks.size - 1), np.diff(blocks))
         self._pieces: dict[int, _Piece] = {}
         self._x_sorted = x_sorted
         induced = np.zeros(self.vocab_size)
@@ -426,28 +716,45 @@ class OptimalSelection(SelectionScheme):
         self._residual, self._residual_mass = residual_and_mass(q, induced)
 
     # --- key sets --------------------------------------------------------------------
-    def _piece(self, j: int) -> _Piece:
+    def _piece(self, j: int):
         if j not in self._pieces:
             a, b = self.blocks[j], self.blocks[j + 1]
-            self._pieces[j] = _Piece(self.draft[self.order[a:b]], self._x_sorted[a:b], self.top[a], self.num_drafts)
+            args = (self.draft[self.order[a:b]], self._x_sorted[a:b], self.top[a], self.num_drafts)
+            piece = _PoolPiece.build(*args) if self.tiling == "pool" else None
+            self._pieces[j] = piece if piece is not None else _Piece(*args)
         return self._pieces[j]
 
-    def key_fragments(self, token: int) -> list[tuple[float, float]]:
-        """The key set ``M_t`` of ``token`` as intervals of ``[0, 1]`` (empty if ``p_t = 0``)."""
+    def key_fragments(self, token: int) -> list[tuple[float, float, float]]:
+        """The key law of ``token``: intervals ``(start, end, weight)`` of ``[0, 1]``.
+
+        A draft of ``token`` gets its key with density ``weight / p_t`` on each interval;
+        ``weight`` is the share of the keys there that belong to the token (1 on a set of
+        the greedy tiling and on a slot, ``r_t / |pool|`` on a pool). Empty if ``p_t = 0``.
+        """
         r = self.rank[token]
         if r >= 0:
-            j = self.piece_of[r]
-            return self._piece(j).fragments(int(r - self.blocks[j]))
+            j = int(np.searchsorted(self.blocks, r, side="right")) - 1
+            return self._piece(j).fragments(int(r - self.blocks[j]), float(self.draft[token]))
         pos = self._rest_pos[token]
         if pos >= 0:
-            return [(float(self.rest_top[pos]), float(self.rest_top[pos + 1]))]
+            return [(float(self.rest_top[pos]), float(self.rest_top[pos + 1]), 1.0)]
         return []
+
+    def realisation(self, token: int) -> str:
+        """How ``token``'s key law is built: ``"pool"`` (slots and a pool), ``"greedy"``
+        (greedy tiling), ``"rest"`` (``q_t = 0``: one interval after everything else) or
+        ``"none"`` (``p_t = 0``: never drafted)."""
+        r = self.rank[token]
+        if r >= 0:
+            j = int(np.searchsorted(self.blocks, r, side="right")) - 1
+            return "pool" if isinstance(self._piece(j), _PoolPiece) else "greedy"
+        return "rest" if self._rest_pos[token] >= 0 else "none"
 
     def _sample_key(self, token: int, uniform: float) -> float:
         r = self.rank[token]
         if r >= 0:
-            j = self.piece_of[r]
-            return self._piece(j).sample_key(int(r - self.blocks[j]), uniform)
+            j = int(np.searchsorted(self.blocks, r, side="right")) - 1
+            return self._piece(j).sample_key(int(r - self.blocks[j]), float(self.draft[token]), uniform)
         pos = self._rest_pos[token]
         return float(self.rest_top[pos] + uniform * (self.rest_top[pos + 1] - self.rest_top[pos]))
 
@@ -463,7 +770,7 @@ class OptimalSelection(SelectionScheme):
         """
         k = tokens.size
         sets = {int(t): np.array(self.key_fragments(int(t))) for t in np.unique(tokens)}
-        cuts = np.unique(np.concatenate([s.ravel() for s in sets.values()]))
+        cuts = np.unique(np.concatenate([s[:, :2].ravel() for s in sets.values()]))
         nodes, weights = np.polynomial.legendre.leggauss(max(k, 1))
         left, right = cuts[:-1], cuts[1:]
         ys = (0.5 * (right - left)[:, None] * (nodes[None, :] + 1.0) + left[:, None]).ravel()
@@ -471,9 +778,9 @@ class OptimalSelection(SelectionScheme):
         density, survival = {}, {}
         for t, frag in sets.items():
             inside = (ys[:, None] >= frag[None, :, 0]) & (ys[:, None] < frag[None, :, 1])
-            density[t] = inside.any(axis=1) / self.draft[t]
-            covered = np.clip(ys[:, None] - frag[None, :, 0], 0.0, (frag[:, 1] - frag[:, 0])[None, :]).sum(axis=1)
-            survival[t] = 1.0 - covered / self.draft[t]
+            density[t] = (inside * frag[None, :, 2]).sum(axis=1) / self.draft[t]
+            covered = np.clip(ys[:, None] - frag[None, :, 0], 0.0, (frag[:, 1] - frag[:, 0])[None, :])
+            survival[t] = 1.0 - (covered * frag[None, :, 2]).sum(axis=1) / self.draft[t]
         probs = np.empty(k)
         for i, t in enumerate(tokens):
             others = np.ones_like(ys)

@@ -117,7 +117,8 @@ def test_decoding_only_one_experiment(tmp_path, capsys):
     assert "Table 1: block efficiency vs K" in out and "Table 4" not in out
     rows = csv_rows(tmp_path / "decoding.csv")
     methods = sorted(json.loads(r["key"])["method"] for r in rows)
-    assert methods == ["autoregressive", "is", "is", "single", "specinfer", "specinfer", "spectr", "spectr"]
+    assert methods == ["autoregressive", "is", "is", "optimal", "optimal", "single", "specinfer", "specinfer",
+                       "spectr", "spectr"]
     for r in rows:
         assert 1.0 <= float(r["block_efficiency"]) <= 6.0
         assert 1 <= int(float(r["tokens"])) <= 8  # EOS (id 2) may stop it early

@@ -12,15 +12,39 @@ import mspec
 from mspec.closed_form import optimal_acceptance
 from mspec.exact import output_distribution
 from mspec.optimal import OptimalLP
-from mspec.optimal_selection import OptimalSelection, lex_optimal_induced
+from mspec.optimal_selection import OptimalSelection, _Piece, _PoolPiece, lex_optimal_induced
 
 from sampling import chi2_pvalue, sample_counts
 from strategies import random_case
 
 
 def nu(intervals, k):
-    """nu-mass of key intervals: nu has distribution function g(y) = 1 - (1 - y)^K."""
-    return sum((1 - a) ** k - (1 - b) ** k for a, b in intervals)
+    """nu-mass of weighted key intervals ``(a, b, w)``: nu has distribution function
+    g(y) = 1 - (1 - y)^K, and a token owns the share w of the keys in [a, b]."""
+    return sum(w * ((1 - a) ** k - (1 - b) ** k) for a, b, w in intervals)
+
+
+def length(intervals):
+    return sum(w * (b - a) for a, b, w in intervals)
+
+
+def assert_key_laws_tile(rule, k, tokens, atol=1e-13):
+    """Each token's keys have total length p_t and nu-mass x_t, and at every key the
+    shares of all tokens add up to 1 (so a key is uniform on [0, 1])."""
+    laws = {t: rule.key_fragments(int(t)) for t in tokens}
+    for t, law in laws.items():
+        assert length(law) == pytest.approx(rule.draft[t], abs=atol)
+        if rule.draft[t] > 0:
+            assert nu(law, k) == pytest.approx(rule.induced[t], abs=atol)
+    edges = np.unique([e for law in laws.values() for a, b, _ in law for e in (a, b)])
+    mids = 0.5 * (edges[1:] + edges[:-1])
+    cover = np.zeros_like(mids)
+    for law in laws.values():
+        for a, b, w in law:
+            cover += w * ((mids > a) & (mids < b))
+    # the total share at each key between consecutive edges, and how far from 1 it is,
+    # integrated over the keys (rounding leaves slivers of width ~1e-16)
+    return edges, cover, float(np.sum(np.abs(cover - 1.0) * np.diff(edges)))
 
 
 def test_hand_built_priority():
@@ -31,24 +55,71 @@ def test_hand_built_priority():
     # .1/.25 = .4.  (0, 1): token 0 always wins.  Acceptance .75 + .1 = .85.
     rule = OptimalSelection(draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2)
     np.testing.assert_allclose(rule.induced, [0.75, 0.25])
-    assert rule.key_fragments(0) == [(0.0, 0.5)] and rule.key_fragments(1) == [(0.5, 1.0)]
+    assert rule.key_fragments(0) == [(0.0, 0.5, 1.0)] and rule.key_fragments(1) == [(0.5, 1.0, 1.0)]
     assert rule.selection_probabilities(np.array([0, 1])) == pytest.approx([1.0, 0.0])
     assert rule.acceptance() == pytest.approx(0.85)
 
 
 def test_hand_built_shell():
     # p = (.5, .5), q = (.6, .4), K = 2: slopes v/q = 1.25, .625 decrease, so PAVA pools them
-    # into one piece of slope 1: x = q and acceptance 1. Token 0 (larger q/p) takes the
-    # window [S, S + .5] with nu = (1-S)^2 - (.5-S)^2 = .75 - S = .6, so S = .15; token 1
-    # wraps around it: [0, .15] and [.65, 1] (nu = .2775 + .1225 = .4).
-    rule = OptimalSelection(draft=[0.5, 0.5], target=[0.6, 0.4], num_drafts=2)
+    # into one piece of slope 1: x = q and acceptance 1. Greedy tiling: token 0 (larger
+    # q/p) takes the window [S, S + .5] with nu = (1-S)^2 - (.5-S)^2 = .75 - S = .6, so
+    # S = .15; token 1 wraps around it: [0, .15] and [.65, 1] (nu = .2775 + .1225 = .4).
+    rule = OptimalSelection(draft=[0.5, 0.5], target=[0.6, 0.4], num_drafts=2, tiling="greedy")
     np.testing.assert_allclose(rule.induced, [0.6, 0.4])
-    np.testing.assert_allclose(rule.key_fragments(0), [(0.15, 0.65)], atol=1e-15)
-    np.testing.assert_allclose(rule.key_fragments(1), [(0.0, 0.15), (0.65, 1.0)], atol=1e-15)
+    np.testing.assert_allclose(rule.key_fragments(0), [(0.15, 0.65, 1.0)], atol=1e-15)
+    np.testing.assert_allclose(rule.key_fragments(1), [(0.0, 0.15, 1.0), (0.65, 1.0, 1.0)], atol=1e-15)
     # drafts (0, 1): token 0 wins iff its key (uniform on [.15, .65]) is below token 1's
     # (uniform on [0, .15] u [.65, 1]): P = .7 * 1 (token 1 above .65) + 0 = .7
     assert rule.selection_probabilities(np.array([0, 1])) == pytest.approx([0.7, 0.3])
     assert rule.acceptance() == pytest.approx(1.0)
+
+
+def test_hand_built_slots_and_pool():
+    # The same pair with the default slots-and-pool realisation. One piece, [0, 1], with
+    # H(m) = 1 - (1 - m)^2 and mean density g = 1. Token 0 is denser (b = .6/.5 = 1.2):
+    # front slot [0, C] with H(C) - C = C - C^2 = x - g p = .1, so C = (1 - sqrt(.6)) / 2
+    # = .1127. Token 1 (b = .8): back slot [1 - D, 1] with D - D^2 = g p - x = .1, D = C.
+    # Each puts the rest, .5 - C = .3873, in the pool [C, 1 - C] (length .7746, half each).
+    c = (1 - np.sqrt(0.6)) / 2
+    rule = OptimalSelection(draft=[0.5, 0.5], target=[0.6, 0.4], num_drafts=2)
+    np.testing.assert_allclose(rule.key_fragments(0), [(0, c, 1), (c, 1 - c, 0.5)], atol=1e-15)
+    np.testing.assert_allclose(rule.key_fragments(1), [(1 - c, 1, 1), (c, 1 - c, 0.5)], atol=1e-15)
+    # drafts (0, 1): token 0's key is in its slot w.p. a = 2c = 1 - sqrt(.6) (always the
+    # smallest), else in the pool, where it wins if token 1's key is in the back slot
+    # (w.p. a) or above it in the pool (1/2): a + (1-a)(a + (1-a)/2) = 1 - .6/2 = .7 --
+    # forced by x, the same as the greedy tiling.
+    assert rule.selection_probabilities(np.array([0, 1])) == pytest.approx([0.7, 0.3])
+    assert rule.acceptance() == pytest.approx(1.0)
+
+
+def test_groups_and_the_greedy_fallback():
+    # A token that would need a slot longer than itself shares one with the tokens before
+    # it (a group); this pair needs a group on both sides.
+    draft, target = np.array([0.08, 0.03, 0.47, 0.21, 0.21]), np.array([0.03, 0.04, 0.14, 0.31, 0.48])
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=3)
+    pieces = [rule._piece(j) for j in range(rule.blocks.size - 1)]
+    assert any(isinstance(pc, _PoolPiece) and pc.front.groups and pc.back.groups for pc in pieces)
+    law, _ = output_distribution(rule)
+    np.testing.assert_allclose(law, target, atol=1e-12)
+    _, _, off = assert_key_laws_tile(rule, 3, range(5))
+    assert off < 1e-13
+    # Below a nearly tight prefix a top group is tiled greedily inside its joint slot.
+    draft, target = np.array([0.15, 0.1, 0.04, 0.58, 0.13]), np.array([0.32, 0.2, 0.05, 0.2, 0.23])
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=3)
+    pieces = [rule._piece(j) for j in range(rule.blocks.size - 1)]
+    assert any(isinstance(pc, _PoolPiece) and pc.front.tiled for pc in pieces)
+    np.testing.assert_allclose(output_distribution(rule)[0], target, atol=1e-12)
+    assert assert_key_laws_tile(rule, 3, range(5))[2] < 1e-13
+    # Here nothing works: the piece falls back to the greedy tiling, still exact.
+    draft, target = np.array([0.2, 0.34, 0.46]), np.array([0.1, 0.06, 0.84])
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=3)
+    order, x, blocks, top = lex_optimal_induced(draft=draft, target=target, num_drafts=3)
+    assert _PoolPiece.build(draft[order], x, top[0], 3) is None
+    assert isinstance(rule._piece(0), _Piece)
+    law, accept = output_distribution(rule)
+    np.testing.assert_allclose(law, target, atol=1e-12)
+    assert accept == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=3), abs=1e-12)
 
 
 def _cases(seed, count, max_vocab, ks):
@@ -60,13 +131,14 @@ def _cases(seed, count, max_vocab, ks):
         yield draft, target, k
 
 
+@pytest.mark.parametrize("tiling", ["pool", "greedy"])
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
-def test_lossless_by_enumeration_and_acceptance_is_the_closed_form(k):
+def test_lossless_by_enumeration_and_acceptance_is_the_closed_form(k, tiling):
     cases = list(_cases(10 + k, 60, 6 if k < 4 else 5, [k]))
     cases.append((np.array([0.25] * 4), np.array([0.25] * 4), k))  # draft == target
     cases.append((np.array([1.0, 0.0]), np.array([0.0, 1.0]), k))  # disjoint supports
     for draft, target, kk in cases:
-        rule = OptimalSelection(draft=draft, target=target, num_drafts=kk)
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=kk, tiling=tiling)
         law, accept = output_distribution(rule)  # through the keys, tuple by tuple
         np.testing.assert_allclose(law, target, atol=1e-12)
         best = optimal_acceptance(draft=draft, target=target, num_drafts=kk)
@@ -74,21 +146,31 @@ def test_lossless_by_enumeration_and_acceptance_is_the_closed_form(k):
         assert rule.acceptance() == pytest.approx(best, abs=1e-12)
 
 
-def test_key_sets_tile_the_unit_interval_with_the_right_masses():
+@pytest.mark.parametrize("tiling", ["pool", "greedy"])
+def test_key_laws_tile_the_unit_interval_with_the_right_masses(tiling):
     for draft, target, k in _cases(3, 150, 9, [2, 3, 5]):
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k, tiling=tiling)
+        edges, _, off = assert_key_laws_tile(rule, k, range(draft.size))
+        np.testing.assert_allclose([edges[0], edges[-1]], [0.0, 1.0], atol=1e-13)
+        assert off < 1e-13  # no gap, no overlap
+        if tiling == "greedy":  # sets, not mixtures
+            assert all(w == 1.0 for t in range(draft.size) for _, _, w in rule.key_fragments(t))
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_slots_and_pool_at_full_vocabulary(k):
+    # LM-shaped pairs at V = 50272: the pieces the drafts reach are realised by slots and a
+    # pool (no greedy walk), and the key laws have the right length and nu-mass.
+    from mspec.bench import lm_like_pair
+
+    rng = np.random.default_rng(k)
+    for seed, temperature in [(0, 0.8), (0, 1.5), (0, 2.0)]:
+        draft, target = lm_like_pair(50272, seed=seed, draft_temperature=temperature)
         rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
-        pieces = []
-        for token in range(draft.size):
-            frag = rule.key_fragments(token)
-            assert sum(b - a for a, b in frag) == pytest.approx(draft[token], abs=1e-13)
-            if draft[token] > 0:
-                assert nu(frag, k) == pytest.approx(rule.induced[token], abs=1e-13)
-            pieces += frag
-        pieces.sort()
-        edges = np.array(pieces)
-        np.testing.assert_allclose(edges[0, 0], 0.0, atol=1e-13)
-        np.testing.assert_allclose(edges[-1, 1], 1.0, atol=1e-13)
-        np.testing.assert_allclose(edges[1:, 0], edges[:-1, 1], atol=1e-13)  # no gap, no overlap
+        tokens = np.unique(rng.choice(draft.size, size=40, p=draft))
+        assert_key_laws_tile(rule, k, tokens, atol=1e-14)
+        reached = [rule._piece(j) for j in rule._pieces]
+        assert all(isinstance(pc, _PoolPiece) for pc in reached if pc is not None)
 
 
 def test_induced_distribution_is_in_the_polytope():

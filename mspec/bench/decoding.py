@@ -33,8 +33,8 @@ from . import common, paper
 from .results import ResultTable, RowBudget, mean_se
 
 EXPERIMENTS = ("drafts", "temperature", "nonidentical", "topk", "truncation")
-#: multi-draft schemes compared (the paper's three)
-SCHEMES = ("is", "spectr", "specinfer")
+#: multi-draft schemes compared: the exactly optimal one (beyond the paper) and the paper's three
+SCHEMES = ("optimal", "is", "spectr", "specinfer")
 #: schemes that accept non-identical drafts
 NONIDENTICAL_SCHEMES = ("is", "specinfer")
 AUTOREGRESSIVE = "autoregressive"
@@ -545,7 +545,8 @@ def _print_goals(goals, default_pair: bool, preset: str):
 
 
 # -- figures -------------------------------------------------------------------------------------
-_COLORS = {"is": "#d62728", "spectr": "#1f77b4", "specinfer": "#2ca02c", "single": "#999999", AUTOREGRESSIVE: "#222222"}
+_COLORS = {"optimal": "#8e44ad", "is": "#d62728", "spectr": "#1f77b4", "specinfer": "#2ca02c", "single": "#999999",
+           AUTOREGRESSIVE: "#222222"}
 
 
 def _line(go, name, xs, sts, field="block_efficiency", **kw):
