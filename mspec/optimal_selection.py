@@ -49,7 +49,7 @@ sets: if a draft of token ``t`` draws its key with density ``w_t(y) / p_t`` and 
 and each puts the rest of its length into one shared *pool* between them. The slot edges
 solve ``H(C) - g C = sum (x - g p)`` over the tokens so far (prefix sums, one vectorised
 root solve), which makes the pool's mean density exactly ``g`` and every token's
-``nu``-mass exactly ``x_t`` (:class:`_PoolPiece`). A token that would need a slot longer
+``nu``-mass exactly ``x_t`` (``_PoolPiece``). A token that would need a slot longer
 than itself shares one with the tokens before it (a group); if even that fails the piece
 falls back to the greedy of fact 3. Only the edges that are needed are solved.
 
