@@ -15,7 +15,9 @@ A *round* (one call of the target model) works like this, with K drafts of lengt
    of those alive drafts at this position and ``target`` = ``q`` at this position. The
    scheme emits one token ``Y``; the drafts whose token differs from ``Y`` drop out. If no
    draft holds ``Y`` (a rejection) the round ends with ``Y``. If all L positions are
-   accepted, one *bonus* token is sampled from ``q`` after the full draft.
+   accepted, one *bonus* token is sampled from ``q`` after the full draft. With one
+   draft alive, every scheme is single-draft speculative sampling (the selected token is
+   that draft), which runs directly.
 
 **Why this is lossless.** Take a position ``j`` of a round and condition on everything that
 happened before it: the accepted prefix ``y_{<j}``, all drafted tokens at earlier
@@ -62,6 +64,7 @@ from transformers import DynamicCache
 
 from .distributions import distribution_from_logits
 from .selection import sample_index
+from .single import SingleDraft
 
 __all__ = [
     "GenerationResult",
@@ -403,8 +406,14 @@ class _Selector:
             same_temp = len({self.temps[i] for i in alive}) == 1
             p_j = rows[0].cpu().numpy() if same_temp else rows.cpu().numpy()
             q_j = target_probs[alive[0], j].cpu().numpy()  # the same for every alive row
-            rule = self.make_scheme(self.scheme, draft=p_j, target=q_j, num_drafts=len(alive), **self.params)
-            y = rule.sample(tokens, self.rng).token
+            if len(alive) == 1:
+                # one draft left: with one draft the selected token is that draft (p_I = p),
+                # and every scheme of the registry is then single-draft speculative sampling,
+                # so skip building the K-draft scheme (e.g. the optimal scheme's sort)
+                y = SingleDraft(draft=p_j.reshape(-1), target=q_j).sample(tokens, self.rng).token
+            else:
+                rule = self.make_scheme(self.scheme, draft=p_j, target=q_j, num_drafts=len(alive), **self.params)
+                y = rule.sample(tokens, self.rng).token
             out.append(y)
             # continue with the drafts that hold y -- decided by matching, not by
             # `Selection.accepted`, so a drafted token output from a residual also continues

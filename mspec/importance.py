@@ -12,7 +12,8 @@ are cheap to find at LLM vocabulary sizes. For two drafts ``X_1 ~ p_1``, ``X_2 ~
    tokens is decided by a fixed rule (below) whose ``p_I`` is a closed form (prefix sums in
    rank order); ``p_I`` on ``L`` is linear in ``w`` and we maximise
    ``sum_{y in L} min(q(y), p_I(y))`` (the rest of ``sum min(q, p_I)`` is fixed) with
-   ``s(s - 1) + s`` variables (HiGHS).
+   ``s(s - 1) + s`` variables, solved exactly as a maximum flow on ``s + 2`` nodes
+   (:func:`truncated_lp_weights`).
 3. **Single-draft speculative sampling** from the *full* ``p_I`` to ``q``.
 
 Step 3 makes the output exactly ``q``-distributed for any ``s`` and any fixed rule: ``p_I``
@@ -28,19 +29,22 @@ closed form's minimising set is a prefix in this order, for identical drafts) --
 each fixed pair follows the priority with probability ``mix`` and otherwise a base rule,
 "select ``x_1`` with probability ``keep``" (``p_I = keep p_1 + (1 - keep) p_2``). Normally
 ``keep = 1/2`` ("uniform": ``p_I = p`` for identical drafts) and ``mix`` is picked from an
-``MIX_GRID``-point grid to maximise ``sum min(q, p_I)`` of the rule applied to *all* pairs;
-a later stage that cannot beat its input is skipped (``keep = 1``, ``mix = 0``). The LP can
-reproduce any mixed rule on ``L``, so the scheme is never below single-draft acceptance,
-and its acceptance never falls as K grows. (A first version ranked by ``sigma`` for the fixed rule, too: with drafts as
-sharp as the target it over-selected the likely tokens and fell below a single draft.)
+``MIX_GRID``-point grid to maximise ``sum min(q, p_I)`` of the rule applied to *all* pairs.
+With non-identical drafts the first stage also tries ``keep = 1`` ("keep ``x_1`` unless the
+priority says otherwise") with its own best ``mix`` and uses the better; a later stage
+(K > 2, whose first input is the previous winner) uses ``keep = 1`` only, and
+``keep = 1``, ``mix = 0`` skips it. The LP can reproduce any mixed rule on ``L``, so the
+scheme is never below single-draft acceptance, and its acceptance never falls as K grows.
+(A first version ranked by ``sigma`` for the fixed rule, too: with drafts as sharp as the
+target it over-selected the likely tokens and fell below a single draft.)
 
 **Alphabet truncation** (``alphabet`` tokens, default 40): only the ``alphabet`` tokens
 with the most mass ``q + p_1 + p_2`` are sorted by ratio (``L`` is taken from them); the
 other ``V - alphabet`` tokens (the "rest", mostly tail tokens) are never sorted. Pairs
 are decided as follows, and ``p_I`` stays an exact closed form:
 
-* every token gets a coarse rank: one of ``RATIO_BINS = 256`` bins, uniform in
-  ``log(ratio)`` (computed arithmetically: no sort, no search);
+* every token gets a coarse rank: one of ``RATIO_BINS = 256`` bins of about a quarter
+  octave of the ratio, read off its float bits (:func:`ratio_bins`: no sort, no search);
 * two alphabet tokens: the higher exact ratio;
 * alphabet token ``a`` vs rest token ``r``: ``a`` unless ``r`` is in a higher bin;
 * two rest tokens: the one in the higher bin; within a bin, the first draft's token (for
@@ -54,7 +58,15 @@ Nothing is dropped: rest tokens can still be drafted, selected and output.
 and so on; ``Y_K ~ p_I^(K)`` goes to step 3. ``Y_{k-1}`` is a function of
 ``X_1..X_k`` and independent of ``X_{k+1}``, so each stage is a valid two-draft
 selection and the scheme is lossless. Each stage maximises ``sum min(q, p_I^(k))``
-greedily (our choice of stage objective); for large K it can fall behind SpecTr.
+greedily (our choice of stage objective).
+
+**The deficit rule** (deviation, ours; every stage tries it, later stages nearly always
+pick it): a later stage's first input ``Y`` already has a law close to ``q``, and neither
+the priority nor a coin flip helps it much (with those alone the scheme fell behind SpecTr
+from K = 3 on LM-shaped pairs). Instead: if ``Y = y`` is over-served (``p_1(y) > q(y)``)
+and ``X = x`` under-served, select ``x`` with probability
+``c(x) = min(1, (q(x) - p_1(x)) / (p_2(x) A))``, ``A`` = ``p_1`` of the over-served tokens;
+else keep ``y``. No token gains more than its deficit, and ``p_I`` is a closed form.
 
 "Accepted" means step 3 accepted the selected draft, as in :mod:`mspec.canonical`.
 """
@@ -65,7 +77,6 @@ import numbers
 
 import numpy as np
 
-from .optimal import run_linprog
 from .selection import Selection, SelectionScheme, check_rng, residual, sample_index
 
 
@@ -73,34 +84,163 @@ from .selection import Selection, SelectionScheme, check_rng, residual, sample_i
 RATIO_BINS = 256
 #: number of mixing weights tried between the priority rule and the base rule
 MIX_GRID = 11
-#: bins are uniform in log(ratio) over [-RATIO_LOG_RANGE, RATIO_LOG_RANGE]
-RATIO_LOG_RANGE = 30.0
+#: bins per octave of the ratio (a power of two: read off the float's mantissa bits)
+BINS_PER_OCTAVE = 4
+#: the bins cover ratios from 2**-RATIO_OCTAVES to about 2**RATIO_OCTAVES (the end bins: all beyond)
+RATIO_OCTAVES = RATIO_BINS // (2 * BINS_PER_OCTAVE)
 
 
 def ratio_bins(ratio: np.ndarray) -> np.ndarray:
-    """Bin ``[0, RATIO_BINS)`` of each ratio ``q / (p_1 + p_2)``, non-decreasing in it.
+    """Bin ``[0, RATIO_BINS)`` of each ratio ``q / (p_1 + p_2)`` (>= 0), non-decreasing in it.
 
-    Bins are uniform in ``log(ratio)`` over ``[-30, 30]`` (a factor of about 1.26 each),
-    computed arithmetically: no sort, no search. Any deterministic monotone binning keeps
-    the scheme lossless; finer bins only help acceptance.
+    About a quarter octave each over ``[2^-32, 2^32]`` (below and above: the end bins), read
+    off the bits of the float: its exponent and the top two bits of its mantissa, so the
+    bins split each octave at 1.25, 1.5 and 1.75 (for non-negative floats the bit pattern
+    sorts like the number). No logarithm, no sort, no search. Any deterministic monotone
+    binning keeps the scheme lossless; finer bins only help acceptance.
     """
-    with np.errstate(divide="ignore"):
-        t = np.log(ratio)
-    t = np.clip(t, -RATIO_LOG_RANGE, RATIO_LOG_RANGE)
-    return np.minimum(((t + RATIO_LOG_RANGE) * (RATIO_BINS / (2 * RATIO_LOG_RANGE))).astype(np.int64), RATIO_BINS - 1)
+    shift = np.uint64(52 - BINS_PER_OCTAVE.bit_length() + 1)  # keep exponent + log2(bins) mantissa bits
+    code = (np.ascontiguousarray(ratio, dtype=np.float64).view(np.uint64) >> shift).view(np.int64)
+    code -= (1023 - RATIO_OCTAVES) * BINS_PER_OCTAVE - 1  # 2**-RATIO_OCTAVES -> bin 1
+    return np.clip(code, 0, RATIO_BINS - 1, out=code)  # (in place: V-long arrays are costly)
 
 
-def _mix_scores(target: np.ndarray, base: np.ndarray, rule: np.ndarray, grid: np.ndarray) -> list[float]:
-    """``sum min(q, (1 - m) base + m rule)`` for each ``m`` of ``grid`` (in-place buffers)."""
+def _deficit_rule(p1: np.ndarray, p2: np.ndarray, target: np.ndarray) -> tuple | None:
+    """The deficit rule (see :class:`PairStage`): ``(score, p_I, A)``, or ``None`` if no
+    token has a surplus (nothing to move).
+
+    A first token ``y`` with a surplus (``p1(y) > q(y)``; the set ``S``) gives way to a
+    second token ``x`` with a deficit with probability ``c(x) = min(1, (q(x) - p1(x)) /
+    (p2(x) A))``, ``A = p1(S)``. So ``x`` gains ``p2(x) c(x) A <= q(x) - p1(x)`` (never more
+    than its deficit) and every ``y`` in ``S`` keeps ``p1(y) (1 - G)``, ``G = sum_x p2(x) c(x)``.
+    ``score`` is ``sum min(q, p_I)``. A few in-place passes over V.
+    """
+    surplus = p1 > target
+    a_mass = float(p1[surplus].sum())  # A = p1(S)
+    if a_mass <= 0.0:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):  # p2 = 0: inf or nan, cut below
+        take = np.subtract(target, p1)
+        take /= p2 * a_mass
+    np.fmax(take, 0.0, out=take)  # 0 off the deficit tokens
+    np.minimum(take, 1.0, out=take)  # c(x)
+    take *= p2  # p2(x) c(x): 0 where p2 = 0
+    g = float(take.sum())
+    induced = np.where(surplus, p1 * (1.0 - g), p1)
+    take *= a_mass
+    induced += take
+    return float(np.minimum(induced, target, out=take).sum()), induced, a_mass
+
+
+def _best_mix(target: np.ndarray, base: np.ndarray, rule: np.ndarray, grid: np.ndarray) -> tuple[float, float]:
+    """The ``m`` of ``grid`` maximising ``sum min(q, (1 - m) base + m rule)``, and that sum.
+
+    The sum is concave in ``m``, so a binary search for the first grid point after which it
+    stops rising finds the best one with about ``2 log2(len(grid))`` evaluations instead of
+    ``len(grid)`` (each is a pass over the vocabulary, in place).
+    """
     diff = rule - base
     buf = np.empty_like(base)
-    scores = []
-    for m in grid:
-        np.multiply(diff, m, out=buf)
-        buf += base
-        np.minimum(buf, target, out=buf)
-        scores.append(float(buf.sum()))
-    return scores
+    cache: dict[int, float] = {}
+
+    def score(i):
+        if i not in cache:
+            np.multiply(diff, grid[i], out=buf)
+            np.add(buf, base, out=buf)
+            np.minimum(buf, target, out=buf)
+            cache[i] = float(buf.sum())
+        return cache[i]
+
+    lo, hi = 0, len(grid) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if score(mid + 1) > score(mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return float(grid[lo]), score(lo)
+
+
+def _max_flow_residual(capacity: np.ndarray, *, source: int, sink: int) -> np.ndarray:
+    """Residual capacities after a maximum ``source -> sink`` flow (Edmonds-Karp).
+
+    Args:
+        capacity: ``(n, n)`` non-negative edge capacities, ``capacity[u, v]`` for ``u -> v``.
+
+    Returns:
+        ``(n, n)`` residual capacities; ``capacity - residual`` is the net flow (antisymmetric).
+
+    Shortest augmenting paths; each augmentation empties its bottleneck edge exactly
+    (``c - c == 0`` in floating point), so the classical ``O(n^3)`` bound on the number of
+    augmentations holds. ``n`` is ``s + 2``, a handful of nodes: plain Python lists.
+    """
+    n = capacity.shape[0]
+    res = capacity.tolist()
+    while True:
+        parent = [-1] * n
+        parent[source] = source
+        queue = [source]
+        for u in queue:  # breadth-first search for a shortest augmenting path
+            row = res[u]
+            for v in range(n):
+                if parent[v] < 0 and row[v] > 0.0:
+                    parent[v] = u
+                    queue.append(v)
+            if parent[sink] >= 0:
+                break
+        if parent[sink] < 0:
+            return np.array(res)
+        bottleneck, v = float("inf"), sink
+        while v != source:
+            u = parent[v]
+            bottleneck = min(bottleneck, res[u][v])
+            v = u
+        v = sink
+        while v != source:
+            u = parent[v]
+            res[u][v] -= bottleneck
+            res[v][u] += bottleneck
+            v = u
+
+
+def truncated_lp_weights(l1, l2, q_l, base) -> np.ndarray:
+    """The truncated LP: weights ``w`` on the LP tokens maximising ``sum_L min(q, p_I)``.
+
+    Args:
+        l1: ``(s,)`` first-token probabilities ``p_1`` of the LP tokens.
+        l2: ``(s,)`` second-token probabilities ``p_2`` of the LP tokens.
+        q_l: ``(s,)`` target probabilities of the LP tokens.
+        base: ``(s,)`` ``p_I`` of the LP tokens with every pair of two LP tokens given to
+            the second draft.
+
+    Returns:
+        ``(s, s)``: ``w[y, z]`` = P(select ``L_y``) given ``x_1 = L_y``, ``x_2 = L_z``, in
+        ``[0, 1]`` (diagonal unused: 1).
+
+    The LP is a maximum flow, solved exactly (deviation, ours: the paper calls an LP
+    solver). ``base`` gives every pair of LP tokens to the second draft; raising
+    ``w(y, z)`` moves up to ``c(y, z) = p_1(y) p_2(z)`` of ``p_I`` from ``z`` to ``y``.
+    Tokens with ``base > q`` can give away their surplus ``base - q``, tokens with
+    ``base < q`` gain from up to their deficit ``q - base``, and mass may pass through
+    other LP tokens. So the best ``sum min(q, p_I)`` is ``sum min(q, base)`` plus the
+    maximum flow from a source (edges of capacity surplus) through the graph of LP
+    tokens (edge ``z -> y`` of capacity ``c(y, z)``) to a sink (edges of capacity
+    deficit); ``w(y, z)`` = net flow ``z -> y`` / ``c(y, z)``.
+    """
+    s = q_l.shape[0]
+    cap = np.zeros((s + 2, s + 2))
+    coef = l1[:, None] * l2[None, :]  # coef[y, z] = P(x_1 = L_y, x_2 = L_z)
+    cap[:s, :s] = coef.T  # edge z -> y carries the pair (y, z)
+    np.fill_diagonal(cap, 0.0)
+    cap[s, :s] = np.maximum(base - q_l, 0.0)  # source -> surplus
+    cap[:s, s + 1] = np.maximum(q_l - base, 0.0)  # deficit -> sink
+    net = cap - _max_flow_residual(cap, source=s, sink=s + 1)  # net flow, antisymmetric
+    w = np.ones((s, s))  # the diagonal is unused
+    moved = np.clip(net[:s, :s].T, 0.0, None)  # moved[y, z] = net flow z -> y
+    off = ~np.eye(s, dtype=bool) & (coef > 0)
+    w[~np.eye(s, dtype=bool)] = 0.0  # pairs never drafted together: any w; 0 (second wins)
+    w[off] = np.clip(moved[off] / coef[off], 0.0, 1.0)
+    return w
 
 
 class PairStage:
@@ -113,49 +253,49 @@ class PairStage:
         target: ``(V,)`` target ``q``.
         s: number of LP tokens (``1 <= s <= alphabet <= V``).
         alphabet: number of ranked tokens.
+        later: a later stage of ``K > 2`` drafts (``p1`` is the previous stage's ``p_I``):
+            its base rule keeps ``x_1`` (see the module docstring).
 
     Attributes:
         sigma: ``(V,)`` LP score ``q - p1 p2`` (the paper's).
         ratio: ``(V,)`` priority score ``q / (p1 + p2)`` of the fixed rule.
         bin: ``(V,)`` coarse rank of every token by ratio (:func:`ratio_bins`).
         ranked: ``(alphabet,)`` the alphabet tokens, highest ratio first.
-        rank: ``(V,)`` position of each token in ``ranked``, -1 for the rest.
         lp_tokens: ``(s,)`` the ``s`` alphabet tokens of highest ``sigma``.
         w: ``(s, s)``; ``w[i, j]`` = P(select ``lp_tokens[i]`` | ``x_1 = lp_tokens[i]``,
             ``x_2 = lp_tokens[j]``); diagonal unused.
         mix: probability with which a fixed pair follows the priority rule, else the base
             rule: select ``x_1`` with probability ``keep``.
-        keep: 0, 1/2 or 1 (see the module docstring).
+        keep: 1/2 or 1 (see the module docstring).
+        rule: ``"priority"`` (the softened priority above) or ``"deficit"`` (the deficit
+            rule: a first token with a surplus gives way to a second token with a deficit;
+            module docstring), whichever gives the higher ``sum min(q, p_I)``.
         induced: ``(V,)`` ``p_I`` of the selected token.
         lp_size: ``(variables, constraints)`` of the LP solved.
     """
 
-    def __init__(self, p1: np.ndarray, p2: np.ndarray, target: np.ndarray, s: int, alphabet: int):
+    def __init__(self, p1: np.ndarray, p2: np.ndarray, target: np.ndarray, s: int, alphabet: int, *,
+                 later: bool = False):
         vocab = target.shape[0]
-        self.p1, self.p2 = p1, p2
+        self.p1, self.p2, self.target = p1, p2, target
         same = p1 is p2  # identical drafts: skip the duplicate work for p2
         mass = p1 + p2
         self.sigma = sigma = target - p1 * p2
         with np.errstate(divide="ignore", invalid="ignore"):  # never-drafted tokens: inf/nan, weight 0
             self.ratio = ratio = np.where(mass > 0, target / mass, np.inf)
         if alphabet < vocab:
-            alpha = np.argpartition(-(target + mass), alphabet - 1)[:alphabet]
+            alpha = np.argpartition(target + mass, vocab - alphabet)[vocab - alphabet :]
         else:
             alpha = np.arange(vocab)
         self.ranked = ranked = alpha[np.lexsort((alpha, -ratio[alpha]))]  # ratio desc, then id
         self.lp_tokens = lp = alpha[np.lexsort((alpha, -sigma[alpha]))][:s]  # sigma desc, then id
-        self.rank = np.full(vocab, -1, dtype=np.int64)  # -1: rest token
-        self.rank[ranked] = np.arange(alphabet)
-        self.lp_index = np.full(vocab, -1, dtype=np.int64)
-        self.lp_index[lp] = np.arange(s)
+        self._rank_of = {t: i for i, t in enumerate(ranked.tolist())}  # alphabet token -> rank
+        self._lp_of = {t: i for i, t in enumerate(lp.tolist())}  # LP token -> row of w
 
         # -- p_I of the priority rule "higher ratio wins", in closed form ------------------
         self.bin = bins = ratio_bins(ratio)
-        rest = self.rank < 0
-        r1, r_bin = p1[rest], bins[rest]
-        r2 = r1 if same else p2[rest]
         a1, a2, a_bin = p1[ranked], p2[ranked], bins[ranked]
-        in_lp = self.lp_index[ranked] >= 0
+        in_lp = np.isin(ranked, lp)
 
         def per_bin(w, where):  # mass per ratio bin, (RATIO_BINS,)
             return np.bincount(where, weights=w, minlength=RATIO_BINS)
@@ -163,21 +303,26 @@ class PairStage:
         def after(w):  # mass ranked strictly after each alphabet position, (alphabet,)
             return np.concatenate([np.cumsum(w[::-1])[::-1][1:], [0.0]])
 
-        # rest mass in bins <= b (an alphabet token in bin b beats those rest tokens)
-        rest_hist1 = per_bin(r1, r_bin)
-        rest_hist2 = rest_hist1 if same else per_bin(r2, r_bin)
+        # rest mass in bins <= b (an alphabet token in bin b beats those rest tokens); the
+        # rest's histogram is all tokens' less the alphabet's (no gather of the rest)
+        alpha_hist1 = per_bin(a1, a_bin)
+        alpha_hist2 = alpha_hist1 if same else per_bin(a2, a_bin)
+        rest_hist1 = np.maximum(per_bin(p1, bins) - alpha_hist1, 0.0)
+        rest_hist2 = rest_hist1 if same else np.maximum(per_bin(p2, bins) - alpha_hist2, 0.0)
         rest_upto1, rest_upto2 = np.cumsum(rest_hist1), np.cumsum(rest_hist2)
         d1 = after(a1) + rest_upto1[a_bin]  # p1-mass an alphabet token beats
         d2 = after(a2) + rest_upto2[a_bin]
-        priority = np.zeros(vocab)
-        priority[ranked] = a1 * a2 + a1 * d2 + d1 * a2
         # rest token r in bin b beats: rest tokens in lower bins, alphabet tokens in lower
-        # bins, and -- as the first draft -- rest tokens of its own bin (itself included)
-        alpha_below1 = np.cumsum(per_bin(a1, a_bin)) - per_bin(a1, a_bin)
-        alpha_below2 = alpha_below1 if same else np.cumsum(per_bin(a2, a_bin)) - per_bin(a2, a_bin)
+        # bins, and -- as the first draft -- rest tokens of its own bin (itself included).
+        # Computed for every token, then overwritten on the alphabet.
+        alpha_below1 = np.cumsum(alpha_hist1) - alpha_hist1
+        alpha_below2 = alpha_below1 if same else np.cumsum(alpha_hist2) - alpha_hist2
         beaten2 = rest_upto2 + alpha_below2  # as the first draft: own bin included
         beaten1 = rest_upto1 - rest_hist1 + alpha_below1  # as the second draft: lower bins only
-        priority[rest] = r1 * beaten2[r_bin] + beaten1[r_bin] * r2
+        priority = np.take(beaten2, bins)
+        priority *= p1
+        priority += np.take(beaten1, bins) * p2
+        priority[ranked] = a1 * a2 + a1 * d2 + d1 * a2
         # the same, without the pairs of two different LP tokens (the LP decides those)
         lp1, lp2 = np.where(in_lp, a1, 0.0), np.where(in_lp, a2, 0.0)
         priority_fixed = priority.copy()
@@ -188,21 +333,46 @@ class PairStage:
         # `mix` and otherwise a *base* rule: select x_1 with probability `keep`, so that
         # p_I = keep p1 + (1 - keep) p2. Normally keep = 1/2 (p_I = p for identical drafts)
         # and `mix` maximises sum min(q, p_I) of the rule applied to *all* pairs (concave in
-        # `mix`; a grid search). A later stage that cannot beat its input is skipped
-        # (keep = 1, mix = 0: the previous winner stays). The LP can reproduce any mixed
-        # rule on L, so acceptance never falls below single-draft sampling, nor with K.
+        # `mix`; a search on a grid). Non-identical drafts try keep = 1 too. A later stage
+        # uses keep = 1 only: its first input, the previous winner, is already close to q,
+        # and averaging it with a fresh draft would undo that (keep = 1, mix = 0 skips the
+        # stage). The LP can reproduce any mixed rule on L, so acceptance never falls below
+        # single-draft sampling, nor with K.
         l1, l2 = p1[lp], p2[lp]
         base = 0.5 * mass
         grid = np.linspace(0.0, 1.0, MIX_GRID)
-        scores = _mix_scores(target, base, priority, grid)
-        self.keep, self.mix = 0.5, float(grid[int(np.argmax(scores))])
-        if not same and np.minimum(target, p1).sum() >= max(scores):
-            self.keep, self.mix = 1.0, 0.0
-            base = p1
-        keep, mix = self.keep, self.mix
-        base_fixed = base.copy()
-        base_fixed[lp] = keep * l1 * (1.0 - l2.sum()) + (1.0 - keep) * l2 * (1.0 - l1.sum()) + l1 * l2
-        induced = mix * priority_fixed + (1.0 - mix) * base_fixed
+        self.keep, self.mix, best = 0.5, 0.0, -np.inf
+        if not later:  # the first stage: "either draft with probability 1/2" as the base rule
+            self.mix, best = _best_mix(target, base, priority, grid)
+        if not same:  # "keep x_1" as the base rule (m = 0: skip this stage)
+            mix_keep, best_keep = _best_mix(target, p1, priority, grid)
+            if best_keep >= best:
+                self.keep, self.mix, best = 1.0, mix_keep, best_keep
+                base = p1
+        # -- or the deficit rule: switch from a surplus token to a deficit token ------------
+        # (Deviation, ours.) If x_1 = y is over-served (p1(y) > q(y)) and x_2 = x is
+        # under-served, select x with probability c(x) = min(1, (q(x) - p1(x)) / (p2(x) A)),
+        # A = p1(over-served): x never gains more than its deficit, and the over-served
+        # tokens give way alike. At a later stage, whose first input is already close to q,
+        # this fills what is still missing far better than a priority.
+        self.rule, self._switch_mass = "priority", 0.0
+        deficit = _deficit_rule(p1, p2, target)
+        if deficit is not None and deficit[0] > best:
+            _, induced, self._switch_mass = deficit
+            self.rule, self.keep, self.mix = "deficit", 1.0, 0.0
+            # the same without the pairs of two different LP tokens (the LP decides those)
+            a_l = np.array([self._give(int(t)) for t in lp])
+            c_l = np.array([self._take(int(t)) for t in lp])
+            joint = l1[:, None] * l2[None, :]
+            np.fill_diagonal(joint, 0.0)
+            switch = joint * (a_l[:, None] * c_l[None, :])  # (y, x) -> x
+            induced[lp] -= (joint - switch).sum(axis=1) + switch.sum(axis=0)
+        else:
+            keep, mix = self.keep, self.mix
+            base_fixed = base.copy()
+            base_fixed[lp] = keep * l1 * (1.0 - l2.sum()) + (1.0 - keep) * l2 * (1.0 - l1.sum()) + l1 * l2
+            induced = np.multiply(priority_fixed, mix, out=priority_fixed)
+            induced += (1.0 - mix) * base_fixed
 
         # -- truncated LP on L -------------------------------------------------------------
         # pairs (y, z) in L with y != z, z at y's selection cost: w(z, y) = 0 -> y selected
@@ -210,43 +380,44 @@ class PairStage:
         self.w = np.ones((s, s))
         self.lp_size = (0, 0)
         if s >= 2:
-            self.w = self._solve_lp(l1, l2, target[lp], induced[lp])
+            self.w = truncated_lp_weights(l1, l2, target[lp], induced[lp])
+            self.lp_size = (s * (s - 1) + s, s)
             joint = l1[:, None] * l2[None, :] * self.w  # the diagonal cancels below
             induced[lp] += joint.sum(axis=1) - joint.sum(axis=0)
         self.induced = induced
 
-    def _solve_lp(self, l1, l2, q_l, base) -> np.ndarray:
-        """Maximise sum_{y in L} min(q(y), p_I(y)); returns ``w`` (s, s) clipped to [0, 1]."""
-        s = q_l.shape[0]
-        i, j = np.nonzero(~np.eye(s, dtype=bool))  # ordered pairs, variable n = (i[n], j[n])
-        m = i.size
-        coef = l1[i] * l2[j]  # P(x_1 = L_i, x_2 = L_j)
-        # p_I(L_y) = base_y + sum_{n: i=y} coef w_n - sum_{n: j=y} coef w_n ; u_y - p_I <= 0
-        a_ub = np.zeros((s, m + s))
-        a_ub[i, np.arange(m)] -= coef
-        a_ub[j, np.arange(m)] += coef
-        a_ub[np.arange(s), m + np.arange(s)] = 1.0
-        c = np.concatenate([np.zeros(m), -np.ones(s)])
-        bounds = np.concatenate([np.tile([0.0, 1.0], (m, 1)), np.column_stack([np.zeros(s), q_l])])
-        # HiGHS's default tolerances: w is clipped and p_I recomputed from it afterwards
-        res = run_linprog(c, tight=False, A_ub=a_ub, b_ub=base, bounds=bounds)
-        self.lp_size = (m + s, s)
-        w = np.ones((s, s))
-        w[i, j] = np.clip(res.x[:m], 0.0, 1.0)
-        return w
+    @property
+    def rank(self) -> np.ndarray:
+        """``(V,)`` position of each token in ``ranked``, -1 for the rest (built on access)."""
+        rank = np.full(self.p1.shape[0], -1, dtype=np.int64)
+        rank[self.ranked] = np.arange(self.ranked.size)
+        return rank
 
     def prob_first(self, x1: int, x2: int) -> float:
         """P(select ``x1``) given ``x_1 = x1`` and ``x_2 = x2``."""
         if x1 == x2:
             return 1.0
-        i1, i2 = self.lp_index[x1], self.lp_index[x2]
+        i1, i2 = self._lp_of.get(x1, -1), self._lp_of.get(x2, -1)
         if i1 >= 0 and i2 >= 0:
             return float(self.w[i1, i2])
+        if self.rule == "deficit":
+            return 1.0 - self._give(x1) * self._take(x2)
         return self.mix * self._priority_first(x1, x2) + self.keep * (1.0 - self.mix)
+
+    def _give(self, y: int) -> float:
+        """Deficit rule: 1.0 if a first token ``y`` is over-served (it gives way), else 0.0."""
+        return 1.0 if self.p1[y] > self.target[y] else 0.0
+
+    def _take(self, x: int) -> float:
+        """Deficit rule: c(x), the share of second token ``x``'s deficit it may take."""
+        p, q, d = float(self.p1[x]), float(self.target[x]), float(self.p2[x])
+        if q <= p or d <= 0.0 or self._switch_mass <= 0.0:
+            return 0.0
+        return min(1.0, (q - p) / (d * self._switch_mass))
 
     def _priority_first(self, x1: int, x2: int) -> float:
         """The priority rule "higher ratio wins": 1.0 if it selects ``x1``, else 0.0."""
-        k1, k2 = self.rank[x1], self.rank[x2]
+        k1, k2 = self._rank_of.get(x1, -1), self._rank_of.get(x2, -1)
         if k1 >= 0 and k2 >= 0:  # two alphabet tokens: the higher rank
             return 1.0 if k1 < k2 else 0.0
         b1, b2 = self.bin[x1], self.bin[x2]
@@ -289,7 +460,7 @@ class ImportanceSampling(SelectionScheme):
         self.stages: list[PairStage] = []
         induced = self.draft_row(0)
         for i in range(1, self.num_drafts):
-            stage = PairStage(induced, self.draft_row(i), self.target, self.s, self.alphabet)
+            stage = PairStage(induced, self.draft_row(i), self.target, self.s, self.alphabet, later=i > 1)
             self.stages.append(stage)
             induced = stage.induced
         self.induced = induced
@@ -337,4 +508,4 @@ class ImportanceSampling(SelectionScheme):
         return Selection(sample_index(self._residual, rng), False, None)
 
 
-__all__ = ["ImportanceSampling", "PairStage", "ratio_bins"]
+__all__ = ["ImportanceSampling", "PairStage", "ratio_bins", "truncated_lp_weights"]

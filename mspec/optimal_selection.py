@@ -110,28 +110,40 @@ def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: in
         mass of ``order[:i]`` (length ``len(order) + 1``).
     """
     both = (draft > 0) & (target > 0)
-    # descending q/p; ties may come in any order (the optimum is unique)
+    # descending q/p; ties may come in any order (the optimum is unique). The arrays are
+    # V long: we reuse buffers (out=) where we can, since fresh large arrays cost page
+    # faults that can exceed the arithmetic at V ~ 50k.
     if both.all():  # the usual case (softmax outputs): no gathering needed
-        order = _argsort_positive(target / draft)[::-1]
+        ratio = np.divide(target, draft)
+        order = _argsort_positive(ratio)[::-1]
     else:
         main = np.flatnonzero(both)
-        order = main[_argsort_positive(target[main] / draft[main])[::-1]]
-    p_sorted, q_sorted = draft[order], target[order]
-    top = np.zeros(order.size + 1)
+        ratio = np.divide(target[main], draft[main])
+        order = main[_argsort_positive(ratio)[::-1]]
+    n = order.size
+    top = np.zeros(n + 1)
+    if n == 0:
+        return order, np.zeros(0), np.zeros(1, dtype=np.int64), top
+    p_sorted = np.take(draft, order, out=ratio)  # ratio is no longer needed
     np.cumsum(p_sorted, out=top[1:])
     np.minimum(top, 1.0, out=top)
-    f_prefix = 1.0 - _power(1.0 - top, num_drafts)  # f(prefix) = P(some draft in the prefix)
-    v = np.diff(f_prefix)  # what priority by q/p would give each token
-    if order.size == 0:
-        return order, np.zeros(0), np.zeros(1, dtype=np.int64), top
-    iso = isotonic_regression(v / q_sorted, weights=q_sorted, increasing=True)
-    x_sorted = iso.x * q_sorted
-    blocks = np.append(np.asarray(iso.blocks, dtype=np.int64)[:-1], order.size)
+    f_prefix = _power(1.0 - top, num_drafts)
+    np.subtract(1.0, f_prefix, out=f_prefix)  # f(prefix) = P(some draft in the prefix)
+    q_sorted = np.take(target, order)
+    v = np.subtract(f_prefix[1:], f_prefix[:-1], out=p_sorted)  # what priority by q/p gives each token
+    v /= q_sorted
+    iso = isotonic_regression(v, weights=q_sorted, increasing=True)
+    x_sorted = np.multiply(iso.x, q_sorted, out=q_sorted)
+    blocks = np.append(np.asarray(iso.blocks, dtype=np.int64)[:-1], n)
     # each block is tight: its x sums to f(end) - f(start) up to rounding; make it exact
     sums = np.add.reduceat(x_sorted, blocks[:-1])
     want = f_prefix[blocks[1:]] - f_prefix[blocks[:-1]]
     scale = np.divide(want, sums, out=np.ones_like(sums), where=sums > 0)
-    x_sorted *= np.repeat(scale, np.diff(blocks))
+    if blocks.size - 1 < 64:  # few pieces (the usual case): scale in place, piece by piece
+        for a, b, c in zip(blocks[:-1], blocks[1:], scale):
+            x_sorted[a:b] *= c
+    else:
+        x_sorted *= np.repeat(scale, np.diff(blocks))
     return order, x_sorted, blocks, top
 
 
@@ -150,8 +162,16 @@ def _argsort_positive(values: np.ndarray) -> np.ndarray:
 
 
 def _power(base: np.ndarray, k: int) -> np.ndarray:
-    """``base ** k`` for an integer ``k >= 1`` by squaring in place (much faster than pow)."""
-    square, result = base.copy(), None
+    """``base ** k`` for an integer ``k >= 1`` by squaring (much faster than pow); may
+    overwrite ``base`` and return it."""
+    if k == 1:
+        return base
+    if k & (k - 1) == 0:  # a power of two: square in place
+        while k > 1:
+            np.multiply(base, base, out=base)
+            k >>= 1
+        return base
+    square, result = base, None
     while True:
         if k & 1:
             result = square.copy() if result is None else np.multiply(result, square, out=result)
@@ -643,24 +663,46 @@ class _Side:
 
     def _tile_group(self, s: int, e: int, lo: float, hi: float) -> bool:
         """Tiling instead of spreading: tokens ``s..e-1`` whose uniform group fails (a nearly
-        tight prefix or suffix, whose densest keys the spreading would dilute) may still tile
-        their joint slot ``[lo, hi]`` with the greedy (fact 3). Each owns the same fraction
-        ``(hi - lo) / p(tokens)`` of its length there, with ``nu``-mass
-        ``x_t - g (p_t - own_t)``; the greedy needs those to pass the prefix test, counted
-        from the slot's denser end with the densest token first."""
-        masses = self.masses[s:e]
-        if hi - lo > masses.sum():  # the tokens cannot own more than their length
-            return False
-        own = masses * ((hi - lo) / masses.sum())
+        tight prefix or suffix, whose densest keys the spreading would dilute) tile their
+        joint slot ``[lo, hi]`` with the greedy (fact 3).
+
+        Token ``t`` owns ``own_t <= p_t`` of the slot, where it needs the ``nu``-mass
+        ``x_t - g (p_t - own_t)`` (the rest of its length is in the pool), i.e. the mean
+        density ``g + p_t (b_t - g) / own_t`` (front; back: ``g - p_t (g - b_t) / own_t``).
+        *Water-filling*: the most extreme tokens own all their length (density ``b_t``), the
+        others share one level ``|density - g| = A``, with ``A`` set so that the owned
+        lengths fill the slot. Densities then fall monotonically from the slot's denser end,
+        and the greedy's prefix test holds whenever every prefix of the group (from this
+        side's end) is at least as long as its own slots -- always for a group that starts
+        at the end (``s = 0``), by the prefix lemma. The test is checked, not assumed."""
+        masses, width = self.masses[s:e], hi - lo
+        total = float(masses.sum())
+        if width > total * (1.0 + SLOT_TOLERANCE) + EDGE_TOLERANCE:
+            return False  # the tokens cannot own more than their length
+        gap = np.abs(self.targets[s:e] / masses - self.g) * masses  # p_t |b_t - g|, side order
+        if width >= total:
+            own = masses.copy()
+        else:
+            # j tokens own fully: A_j = (gap of the others) / (width - their length); the
+            # first j with A_j >= |b_j - g| is the level (|b - g| falls along the side)
+            owned_before = np.concatenate([[0.0], np.cumsum(masses)[:-1]])
+            gap_after = np.cumsum(gap[::-1])[::-1]
+            with np.errstate(divide="ignore", invalid="ignore"):  # full tokens past the width
+                level = np.where(owned_before < width, gap_after / (width - owned_before), -1.0)
+            j = int(np.argmax(level >= gap / masses))
+            own = np.concatenate([masses[:j], gap[j:] / level[j]])
+        own *= width / own.sum()  # exactly the slot's width
         held = self.targets[s:e] - self.g * (masses - own)
         order = np.arange(e - s) if self.denser else np.arange(e - s)[::-1]  # densest first
         reach = np.cumsum(own[order])
         room = self.window_nu(lo, lo + reach) if self.denser else self.window_nu(hi - reach, hi)
-        if np.any(held < 0.0) or np.any(np.cumsum(held[order]) > room + EDGE_TOLERANCE):
+        if np.any(held < 0.0) or np.any(own > masses * (1.0 + SLOT_TOLERANCE) + EDGE_TOLERANCE) or np.any(
+            np.cumsum(held[order]) > room + EDGE_TOLERANCE
+        ):
             return False
         self.tiled[s] = (own[order], held[order], s + order)
         for r in range(s, e):
-            self.groups[r] = (s, e, float(own[r - s]))
+            self.groups[r] = (s, e, float(min(own[r - s], masses[r - s])))
         return True
 
     def slot(self, i: int):
@@ -747,16 +789,24 @@ class OptimalSelection(SelectionScheme):
         self._x_sorted = x_sorted
         induced = np.zeros(self.vocab_size)
         induced[order] = x_sorted
+        # position of each rest token (below); when every token is ranked it is never read
+        self._rest_pos = self.rank if order.size == self.vocab_size else np.full(self.vocab_size, -1, dtype=np.int64)
         # tokens drafted but never in the target come last, each its own interval
         # (their x does not matter: min(q, x) = 0 and the residual is 0 there)
-        self.rest = np.flatnonzero((p > 0) & (q == 0))
+        self.rest = np.flatnonzero((p > 0) & (q == 0)) if order.size < self.vocab_size else np.zeros(0, dtype=np.int64)
         self.rest_top = top[-1] + np.concatenate([[0.0], np.cumsum(p[self.rest])])
-        g = 1.0 - (1.0 - np.minimum(self.rest_top, 1.0)) ** k
-        induced[self.rest] = np.diff(g)
+        if self.rest.size:
+            g = 1.0 - (1.0 - np.minimum(self.rest_top, 1.0)) ** k
+            induced[self.rest] = np.diff(g)
+            self._rest_pos[self.rest] = np.arange(self.rest.size)
         self.induced = induced
-        self._rest_pos = np.full(self.vocab_size, -1, dtype=np.int64)
-        self._rest_pos[self.rest] = np.arange(self.rest.size)
-        self._residual, self._residual_mass = residual_and_mass(q, induced)
+        self._residual_cache = None  # built at the first rejection
+
+    @property
+    def _residual(self) -> np.ndarray:
+        if self._residual_cache is None:
+            self._residual_cache = residual_and_mass(self.target, self.induced)[0]
+        return self._residual_cache
 
     # --- key sets --------------------------------------------------------------------
     def _piece(self, j: int):

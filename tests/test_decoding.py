@@ -117,6 +117,27 @@ def test_output_and_metrics(models):
     assert result.tokens_per_second > 0
 
 
+def test_scheme_is_built_only_for_two_or_more_alive_drafts(models, monkeypatch):
+    """A position with one alive draft runs single-draft sampling without building the scheme."""
+    from mspec import registry
+
+    draft_model, target_model = models
+    built = []
+    make = registry.make_scheme
+
+    def recording_make(name, **kwargs):
+        built.append(kwargs["num_drafts"])
+        return make(name, **kwargs)
+
+    monkeypatch.setattr(registry, "make_scheme", recording_make)
+    result = speculative_generate([1, 6], draft_model=draft_model, target_model=target_model, scheme="optimal",
+                                  num_drafts=3, draft_length=4, draft_temperatures=2.0, max_new_tokens=40,
+                                  generator=5)
+    alive = [a for r in result.rounds for a in r.alive]
+    assert 1 in alive and 3 in alive  # both paths ran
+    assert sorted(built) == sorted(a for a in alive if a >= 2)
+
+
 def test_seeded_runs_repeat(models):
     draft_model, target_model = models
     kwargs = dict(draft_model=draft_model, target_model=target_model, num_drafts=2,

@@ -122,6 +122,14 @@ def test_decoding_only_one_experiment(tmp_path, capsys):
     for r in rows:
         assert 1.0 <= float(r["block_efficiency"]) <= 6.0
         assert 1 <= int(float(r["tokens"])) <= 8  # EOS (id 2) may stop it early
+        config = json.loads(r["key"])
+        alive, reached = json.loads(r["alive"]), json.loads(r["reached"])
+        if config["method"] == "autoregressive":
+            assert alive == reached == []
+        else:  # every round offers all K drafts at its first position, then never more
+            assert alive[0] == config["num_drafts"] * reached[0] == config["num_drafts"] * float(r["target_calls"])
+            assert all(a <= config["num_drafts"] * n for a, n in zip(alive, reached))
+    assert "Drafts alive per position" in out
 
 
 def test_result_table_resume_and_budget(tmp_path):

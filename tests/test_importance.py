@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.optimize import linprog
 
 import mspec
 from mspec.closed_form import brute_force_acceptance, optimal_acceptance
 from mspec.exact import output_distribution
-from mspec.importance import ImportanceSampling
+from mspec import importance
+from mspec.importance import ImportanceSampling, truncated_lp_weights
 from mspec.selection import residual
 from sampling import assert_exact_law, chi2_pvalue, sample_counts
 from strategies import draft_target, random_case, softmax_pair
@@ -61,6 +63,41 @@ def test_s_at_least_vocab_is_optimal_for_two_drafts(identical):
         )
 
 
+def lp_value(l1, l2, q_l, base, w):
+    """sum_L min(q, p_I) of the LP tokens under weights ``w`` (the LP's objective)."""
+    coef = l1[:, None] * l2[None, :] * w  # mass moved to y from the pair (y, z)
+    np.fill_diagonal(coef, 0.0)
+    return np.minimum(q_l, base + coef.sum(axis=1) - coef.sum(axis=0)).sum()
+
+
+def test_truncated_lp_max_flow_equals_an_lp_solver():
+    """The max-flow weights reach the LP optimum found by HiGHS, on random LPs up to s = 15."""
+    rng = np.random.default_rng(44)
+    for n in range(200):
+        s = int(rng.integers(1, 16))
+        l1, l2 = rng.dirichlet(np.ones(s + 2))[:s], rng.dirichlet(np.ones(s + 2))[:s]
+        l1[rng.random(s) < 0.15] = 0.0  # tokens the first draft never proposes
+        q_l = rng.dirichlet(np.ones(s + 1) * rng.choice([0.2, 1.0, 5.0]))[:s]
+        base = l2 * (l1.sum() - l1) + rng.random(s) * rng.choice([0.0, 0.05, 0.3])
+        w = truncated_lp_weights(l1, l2, q_l, base)
+        assert w.shape == (s, s) and np.all((w >= 0) & (w <= 1))
+        # the same LP for HiGHS: variables w[i, j] (i != j), then u; max sum u
+        i, j = np.nonzero(~np.eye(s, dtype=bool))
+        coef = l1[i] * l2[j]
+        a_ub = np.zeros((s, i.size + s))
+        a_ub[i, np.arange(i.size)] -= coef
+        a_ub[j, np.arange(i.size)] += coef
+        a_ub[np.arange(s), i.size + np.arange(s)] = 1.0
+        bounds = [(0, 1)] * i.size + [(0, qy) for qy in q_l]
+        res = linprog(np.r_[np.zeros(i.size), -np.ones(s)], A_ub=a_ub, b_ub=base, bounds=bounds, method="highs")
+        assert res.status == 0
+        assert lp_value(l1, l2, q_l, base, w) == pytest.approx(-res.fun, abs=1e-12)
+    # by hand: two tokens, the second draft's token has all the surplus; moving the pair
+    # (0, 1) = 0.5 * 0.5 to token 0 fills its deficit of 0.2, so w[0, 1] = 0.2 / 0.25
+    w = truncated_lp_weights(np.array([0.5, 0.5]), np.array([0.5, 0.5]), np.array([0.7, 0.3]), np.array([0.5, 0.5]))
+    np.testing.assert_allclose(w, [[1.0, 0.8], [0.0, 1.0]], atol=1e-15)
+
+
 def test_degenerate_distributions():
     q = np.array([0.2, 0.3, 0.5])
     for draft, target, k in [([1.0], [1.0], 3), (q, q, 3), ([1.0, 0, 0], q, 2), ([0.5, 0.5, 0], [0, 0, 1.0], 2)]:
@@ -92,6 +129,44 @@ def test_three_drafts_multistage_closed_form():
     for stage in rule.stages:
         np.testing.assert_allclose(stage.induced, dense_induced(stage), atol=1e-15)
     assert rule.acceptance() <= optimal_acceptance(draft=draft, target=target, num_drafts=3) + 1e-12
+
+
+def test_deficit_rule_by_hand():
+    # Y ~ p1 = (.5, .3, .2), X ~ p2 = (.2, .3, .5), q = (.3, .3, .4). Token 0 is over-served
+    # (S = {0}, A = p1(S) = .5), token 2 under-served by .2: Y = 0 gives way to X = 2 with
+    # probability c(2) = min(1, .2 / (.5 * .5)) = .8. G = p2(2) c(2) = .4, so
+    # p_I(0) = .5 (1 - .4) = .3 and p_I(2) = .2 + .5 * .8 * .5 = .4: exactly q.
+    p1, p2, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5]), np.array([0.3, 0.3, 0.4])
+    score, induced, a_mass = importance._deficit_rule(p1, p2, q)
+    np.testing.assert_allclose(induced, q, atol=1e-15)
+    assert score == pytest.approx(1.0) and a_mass == pytest.approx(0.5)
+    assert importance._deficit_rule(q, p2, q) is None  # nothing over-served: nothing to move
+
+
+def test_deficit_rule_at_later_stages(monkeypatch):
+    """Later stages switch from surplus to deficit tokens; p_I in closed form equals the sum
+    over all draft pairs (LP pairs included), the law is exact, and acceptance only gains."""
+    rng = np.random.default_rng(46)
+    draft, target, _ = softmax_pair(rng, 60, scale=2)
+    rule = ImportanceSampling(draft=draft, target=target, num_drafts=6, s=4, alphabet=10)
+    assert "deficit" in [stage.rule for stage in rule.stages]
+    for stage in rule.stages:
+        np.testing.assert_allclose(stage.induced, dense_induced(stage), atol=1e-15)
+    monkeypatch.setattr(importance, "_deficit_rule", lambda *args: None)  # the priority rule only
+    without = ImportanceSampling(draft=draft, target=target, num_drafts=6, s=4, alphabet=10)
+    assert {stage.rule for stage in without.stages} == {"priority"}
+    assert rule.acceptance() > without.acceptance() + 1e-3
+    monkeypatch.undo()
+    # exact law by enumeration on small cases where some stage uses the deficit rule
+    seen = 0
+    for _ in range(200):
+        vocab = int(rng.integers(3, 6))
+        draft, target = random_case(rng, vocab=vocab, num_drafts=3, identical=True)
+        rule = ImportanceSampling(draft=draft, target=target, num_drafts=3, s=2, alphabet=vocab)
+        if any(stage.rule == "deficit" for stage in rule.stages):
+            assert_exact_law(rule, target, atol=1e-12)
+            seen += 1
+    assert seen >= 5
 
 
 def test_is_sits_between_single_draft_and_the_optimum_at_llm_size():

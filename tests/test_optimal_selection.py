@@ -125,6 +125,28 @@ def test_groups_tiled_groups_and_the_greedy_fallback(monkeypatch):
     assert accept == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=3), abs=1e-12)
 
 
+def test_tiled_groups_fill_the_extreme_tokens_first():
+    """Water-filling in a tiled group: the tokens nearest the side's end own all their length,
+    the others one common share. Spreading evenly (and owning the same fraction each, the
+    previous rule) fails on this LM-shaped pair; every piece is now slots and a pool."""
+    logits = 4.0 * np.random.default_rng(116).gumbel(size=50)
+    draft = mspec.distribution_from_logits(logits, temperature=2.4)
+    target = mspec.distribution_from_logits(logits)
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=2)
+    assert {rule.realisation(t) for t in range(50)} == {"pool"}
+    shares = []
+    for j in range(rule.blocks.size - 1):
+        piece = rule._piece(j)
+        for side in (piece.front, piece.back):
+            for own, _, tokens in side.tiled.values():
+                shares.append(own / side.masses[tokens])  # densest first
+    assert shares and all(np.all(x <= 1 + 1e-12) for x in shares)
+    # full ownership at the extreme end, partial towards the pool, in some group
+    assert any(x.max() == pytest.approx(1.0) and x.min() < 0.99 for x in shares)
+    np.testing.assert_allclose(output_distribution(rule)[0], target, atol=1e-12)
+    assert assert_key_laws_tile(rule, 2, range(50))[2] < 1e-13
+
+
 def _cases(seed, count, max_vocab, ks):
     rng = np.random.default_rng(seed)
     for n in range(count):
@@ -250,7 +272,7 @@ def test_chi_square_at_a_thousand_tokens():
     assert chi2_pvalue(pooled(counts), pooled(target)) > 1e-3
     # the same sampler with a broken residual (plain target after a rejection) must fail
     broken = OptimalSelection(draft=draft, target=target, num_drafts=3)
-    broken._residual = target.copy()
+    broken._residual_cache = target.copy()
     counts = sample_counts(broken, 20_000, seed=7)
     assert chi2_pvalue(pooled(counts), pooled(target)) < 1e-6
 

@@ -25,8 +25,10 @@ Single-draft and autoregressive baselines run in the same sweep. Summary:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from . import common, paper
@@ -42,7 +44,7 @@ AUTOREGRESSIVE = "autoregressive"
 CONFIG_FIELDS = ["preset", "dataset", "prompt", "seed", "method", "num_drafts", "draft_length",
                  "draft_temperatures", "target_temperature", "top_k", "params", "max_new_tokens"]
 VALUE_FIELDS = ["tokens", "target_calls", "block_efficiency", "decode_s", "tokens_per_s", "draft_s",
-                "target_s", "selection_s", "cache_s", "metric", "quality", "text"]
+                "target_s", "selection_s", "cache_s", "alive", "reached", "metric", "quality", "text"]
 
 
 def add_arguments(parser) -> None:
@@ -123,6 +125,14 @@ def generate_row(pair, prompt: common.Prompt, config: dict) -> dict:
             draft_temperatures=config["draft_temperatures"], target_temperature=config["target_temperature"],
             scheme_params=config["params"] or None, **shared)
     decode_s = result.wall_time - result.prefill_time
+    # drafts offered at each position of a round, summed over rounds, and how many rounds
+    # reached that position (empty lists for autoregressive sampling)
+    alive = [0] * (config["draft_length"] if result.rounds and result.rounds[0].alive else 0)
+    reached = list(alive)
+    for r in result.rounds:
+        for j, a in enumerate(r.alive):
+            alive[j] += a
+            reached[j] += 1
     totals = {part: sum(getattr(r, f"{part}_time") for r in result.rounds)
               for part in ("draft", "target", "selection", "cache")}
     text, metric, quality = "", "", float("nan")
@@ -138,7 +148,7 @@ def generate_row(pair, prompt: common.Prompt, config: dict) -> dict:
         "block_efficiency": result.block_efficiency, "decode_s": decode_s,
         "tokens_per_s": len(result.token_ids) / decode_s if decode_s > 0 else float("nan"),
         **{f"{part}_s": value for part, value in totals.items()},
-        "metric": metric, "quality": quality, "text": text,
+        "alive": alive, "reached": reached, "metric": metric, "quality": quality, "text": text,
     }
 
 
@@ -272,6 +282,18 @@ def method_stats(rows, baseline_rows) -> dict:
             "improvement_pct": improvement(rows, baseline_rows), "quality": stat(rows, "quality")}
 
 
+def alive_per_position(rows) -> list[float]:
+    """Mean number of drafts offered at each position of a round (over the rounds that reach
+    it), pooled over ``rows``."""
+    def as_list(value):
+        return json.loads(value) if isinstance(value, str) else list(value)
+
+    alive = np.sum([as_list(r["alive"]) for r in rows], axis=0) if rows else np.zeros(0)
+    reached = np.sum([as_list(r["reached"]) for r in rows], axis=0) if rows else np.zeros(0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return [float(v) for v in alive / reached]
+
+
 def summarize(summary: dict) -> dict:
     """Per-experiment statistics (nested dicts, JSON-ready)."""
     s, t, rows = summary["settings"], summary["args"]["draft_temperature"], summary["rows"]
@@ -284,6 +306,8 @@ def summarize(summary: dict) -> dict:
             AUTOREGRESSIVE: method_stats(pick(r, method=AUTOREGRESSIVE), single),
             **{scheme: {k: method_stats(pick(r, method=scheme, num_drafts=k), single) for k in s["drafts_k"]}
                for scheme in SCHEMES},
+            "alive": {scheme: {k: alive_per_position(pick(r, method=scheme, num_drafts=k)) for k in s["drafts_k"]}
+                      for scheme in SCHEMES},
         }
     if "temperature" in rows:
         r = rows["temperature"]
@@ -417,6 +441,11 @@ def _print_drafts(st, s, args, notes):
     common.print_block("Table 1 (token rate): improvement over single-draft decoding, paired by prompt and seed",
                        common.format_table(["method"] + [f"K={k}" for k in ks], body),
                        ["the paper gives no token rates for Table 1"])
+    body = [[scheme, str(k)] + [common.fmt(a, digits=2) for a in st["alive"][scheme][k]] for k in ks for scheme in SCHEMES]
+    common.print_block("Drafts alive per position (Table 1 runs): mean drafts offered to the scheme at position j of a "
+                       "round, over the rounds that reach j",
+                       common.format_table(["method", "K"] + [f"j={j + 1}" for j in range(s["draft_length"])], body),
+                       ["more drafts alive after an acceptance means more chances at the next position"])
 
 
 def _print_temperature(st, s, notes):
