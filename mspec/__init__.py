@@ -30,6 +30,7 @@ _LAZY = {
     "speculative_generate": "decoding",
     "autoregressive_generate": "decoding",
     "generate_with_baselines": "decoding",
+    "expected_round_tokens": "decoding",
     "GenerationResult": "decoding",
     "load_pair": "models",
     "make_pair": "models",

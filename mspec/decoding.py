@@ -70,6 +70,7 @@ __all__ = [
     "GenerationResult",
     "RoundRecord",
     "autoregressive_generate",
+    "expected_round_tokens",
     "generate_with_baselines",
     "speculative_generate",
 ]
@@ -234,6 +235,7 @@ def speculative_generate(
     generator: torch.Generator | int | None = None,
     scheme_params: dict | None = None,
     tokenizer=None,
+    on_round=None,
 ) -> GenerationResult:
     """Sample a continuation of ``prompt_ids`` from ``target_model`` with K drafts per round.
 
@@ -261,6 +263,10 @@ def speculative_generate(
             model's device saves a host round trip per drafted token.
         scheme_params: extra keyword arguments of the scheme (e.g. ``s`` for ``"is"``).
         tokenizer: optional; decodes the output into ``GenerationResult.text``.
+        on_round: optional ``on_round(drafted, draft_probs, target_probs)``, called after
+            each round's target pass with the round's drafted ids ``(K, L)``, draft
+            distributions ``(K, L, V)`` and target distributions ``(K, L + 1, V)`` (torch
+            tensors; e.g. for :func:`expected_round_tokens`). It must not change them.
 
     Returns:
         :class:`GenerationResult` with the generated ids and per-round records.
@@ -308,6 +314,9 @@ def speculative_generate(
             t2 = _clock()
             target_probs = _score(target, seq, drafted, target_temperature, sampling)  # (K, L + 1, V)
             t3 = _clock()
+            if on_round is not None:
+                on_round(drafted, draft_probs, target_probs)
+                t3 = _clock()  # the callback's time is nobody's
             out, accepted, alive, alive_counts = select(drafted, draft_probs, target_probs)
             t4 = _clock()
             # keep a row holding the accepted tokens, cropped to prefix + accepted tokens
@@ -425,6 +434,72 @@ class _Selector:
         # all L accepted: a bonus token from q after the full draft
         out.append(sample_index(target_probs[alive[0], big_l].cpu().numpy(), self.rng))
         return out, big_l, alive, alive_counts
+
+
+def expected_round_tokens(drafted, draft_probs, target_probs, *, scheme: str, draft_temperatures,
+                          scheme_params: dict | None = None, eos_token_id=None) -> float:
+    """Expected number of tokens one round emits, given its drafts, for ``scheme``.
+
+    The round's selection randomness is averaged out exactly: at position ``j`` with alive
+    drafts ``A`` the scheme outputs ``Y = y`` with probability ``P(y | A's tokens)``
+    (:meth:`~mspec.selection.SelectionScheme.conditional`), and the drafts holding ``y``
+    carry on, so
+
+        E(j, A) = 1 + sum_y P(y | A) E(j + 1, A_y),      E(L, A) = 1 (the bonus token),
+
+    over the trie of the K drafts (at most K L nodes), where ``y`` runs over the drafted
+    tokens that are not end-of-sequence (an EOS ends the generation). Evaluating several
+    schemes on the same rounds compares their block efficiency without the noise of
+    sampling (``max_new_tokens`` truncation aside). One alive draft: single-draft sampling,
+    as in :func:`speculative_generate`.
+
+    Args:
+        drafted: ``(K, L)`` drafted token ids.
+        draft_probs: ``(K, L, V)`` draft distributions (row ``i`` at ``draft_temperatures[i]``).
+        target_probs: ``(K, L + 1, V)`` target distributions after each drafted prefix.
+        scheme: a key of :data:`mspec.registry.SCHEMES`.
+        draft_temperatures: K temperatures (equal ones make the alive drafts identical).
+        scheme_params: extra keyword arguments of the scheme.
+        eos_token_id: end-of-sequence id(s), as for :func:`speculative_generate`.
+
+    Returns:
+        The expected number of emitted tokens, in ``[1, L + 1]``.
+    """
+    from . import registry
+
+    def as_array(x):
+        return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+    drafted, draft_probs, target_probs = as_array(drafted), as_array(draft_probs), as_array(target_probs)
+    if drafted.ndim != 2 or draft_probs.shape[:2] != drafted.shape or target_probs.shape[:2] != (
+            drafted.shape[0], drafted.shape[1] + 1) or draft_probs.shape[2] != target_probs.shape[2]:
+        raise ValueError(
+            f"expected drafted (K, L), draft_probs (K, L, V) and target_probs (K, L + 1, V); got "
+            f"{drafted.shape}, {draft_probs.shape} and {target_probs.shape}")
+    k, big_l = drafted.shape
+    temps = [float(t) for t in np.broadcast_to(np.asarray(draft_temperatures, dtype=float), (k,))]
+    params = dict(scheme_params or {})
+    eos = _check_eos(eos_token_id)
+
+    def value(j: int, alive: list[int]) -> float:
+        if j == big_l:
+            return 1.0
+        tokens = drafted[alive, j]
+        q_j = target_probs[alive[0], j]
+        if len(alive) == 1:
+            rule = SingleDraft(draft=draft_probs[alive[0], j], target=q_j)
+        else:
+            same = len({temps[i] for i in alive}) == 1
+            p_j = draft_probs[alive[0], j] if same else draft_probs[alive, j]
+            rule = registry.make_scheme(scheme, draft=p_j, target=q_j, num_drafts=len(alive), **params)
+        dist, _ = rule.conditional(tokens)
+        total = 1.0
+        for y in np.unique(tokens):
+            if int(y) not in eos:
+                total += float(dist[y]) * value(j + 1, [i for i in alive if drafted[i, j] == y])
+        return total
+
+    return value(0, list(range(k)))
 
 
 def autoregressive_generate(

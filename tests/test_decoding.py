@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import OPTConfig, OPTForCausalLM
 
-from mspec import decoding
+from mspec import decoding, registry
 from mspec.decoding import autoregressive_generate, generate_with_baselines, speculative_generate
 
 torch.set_num_threads(1)
@@ -136,6 +136,43 @@ def test_scheme_is_built_only_for_two_or_more_alive_drafts(models, monkeypatch):
     alive = [a for r in result.rounds for a in r.alive]
     assert 1 in alive and 3 in alive  # both paths ran
     assert sorted(built) == sorted(a for a in alive if a >= 2)
+
+
+def test_expected_round_tokens(models):
+    """The expected tokens of a round, averaged over the scheme's randomness exactly, match
+    the mean of many selections on the same drafts; K = 1 has a closed form."""
+    draft_model, target_model = models
+    rounds = []
+    speculative_generate([3, 1], draft_model=draft_model, target_model=target_model, num_drafts=3, draft_length=3,
+                         draft_temperatures=1.6, max_new_tokens=12, generator=2,
+                         on_round=lambda *r: rounds.append([x.clone() for x in r]))
+    assert rounds
+    drafted, draft_probs, target_probs = rounds[0]
+    rng = np.random.default_rng(0)
+    for scheme in ("optimal", "is", "spectr"):
+        expected = decoding.expected_round_tokens(drafted, draft_probs, target_probs, scheme=scheme,
+                                                  draft_temperatures=[1.6] * 3)
+        assert 1.0 <= expected <= 4.0
+        select = decoding._Selector(registry.make_scheme, scheme, {}, [1.6] * 3, rng)
+        emitted = np.array([len(select(drafted, draft_probs, target_probs)[0]) for _ in range(3000)])
+        assert abs(emitted.mean() - expected) < 4 * emitted.std() / np.sqrt(emitted.size) + 1e-9, scheme
+    # one draft: E = 1 + a_1 + a_1 a_2 + a_1 a_2 a_3 with a_j = min(1, q(x_j) / p(x_j))
+    x = drafted[0].numpy()
+    p = draft_probs[0].numpy()[np.arange(3), x]
+    q = target_probs[0].numpy()[np.arange(3), x]
+    a = np.minimum(1.0, q / p)
+    want = 1 + a[0] + a[0] * a[1] + a[0] * a[1] * a[2]
+    got = decoding.expected_round_tokens(drafted[:1], draft_probs[:1], target_probs[:1], scheme="specinfer",
+                                         draft_temperatures=1.6)
+    assert got == pytest.approx(want, abs=1e-12)
+    # an end-of-sequence token ends the generation: with the second drafted token as EOS,
+    # E = 1 + a_1 (position 2 emits one token, nothing follows), or 1 if the first is EOS too
+    got = decoding.expected_round_tokens(drafted[:1], draft_probs[:1], target_probs[:1], scheme="specinfer",
+                                         draft_temperatures=1.6, eos_token_id=int(x[1]))
+    assert got == pytest.approx(1.0 if x[0] == x[1] else 1 + a[0], abs=1e-12)
+    with pytest.raises(ValueError, match="target_probs"):
+        decoding.expected_round_tokens(drafted, draft_probs, target_probs[:, :-1], scheme="spectr",
+                                       draft_temperatures=1.6)
 
 
 def test_seeded_runs_repeat(models):

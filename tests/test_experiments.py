@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from mspec.bench import acceptance, decoding, experiments, paper
+from mspec.bench import acceptance, decoding, experiments, paper, rounds
 from mspec.bench.__main__ import COMMANDS
 from mspec.bench.results import ResultTable, RowBudget, StopSweep, mean_se
 
@@ -34,7 +34,7 @@ def csv_rows(path):
 
 
 def test_commands_registered():
-    for name in ("experiments", "acceptance", "decoding"):
+    for name in ("experiments", "acceptance", "decoding", "rounds"):
         assert name in COMMANDS
 
 
@@ -130,6 +130,25 @@ def test_decoding_only_one_experiment(tmp_path, capsys):
             assert alive[0] == config["num_drafts"] * reached[0] == config["num_drafts"] * float(r["target_calls"])
             assert all(a <= config["num_drafts"] * n for a, n in zip(alive, reached))
     assert "Drafts alive per position" in out
+
+
+def test_paired_rounds(tmp_path, capsys):
+    """Every scheme's expected tokens on the same reference rounds; a rerun recomputes nothing."""
+    argv = COMMON + ["--out", str(tmp_path), "--gen-prompts", "1", "--max-new-tokens", "8", "--drafts-k", "2", "3",
+                     "--draft-length", "3"]
+    computed = []
+    assert rounds.run(parse(rounds, argv), on_row=computed.append) == 0
+    out = capsys.readouterr().out
+    assert "Paired block efficiency" in out
+    assert len(computed) == 1 + 2 * len(decoding.SCHEMES)  # 1 prompt x 1 seed
+    by = {(r["method"], r["num_drafts"]): r["per_round"] for r in computed}
+    lengths = {len(v) for v in by.values()}
+    assert len(lengths) == 1 and lengths.pop() >= 1  # the same rounds for every method
+    assert all(1.0 <= x <= 4.0 for v in by.values() for x in v)
+    again = []
+    assert rounds.run(parse(rounds, argv), on_row=again.append) == 0 and again == []
+    stats = json.loads((tmp_path / "rounds.json").read_text())["stats"]
+    assert set(stats["optimal_minus"]) == {f"{s} K={k}" for s in decoding.SCHEMES if s != "optimal" for k in (2, 3)}
 
 
 def test_result_table_resume_and_budget(tmp_path):

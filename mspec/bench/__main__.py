@@ -22,6 +22,7 @@ _optional("optimal", "optimal")
 _optional("experiments", "experiments")
 _optional("acceptance", "acceptance")
 _optional("decoding", "decoding")
+_optional("rounds", "rounds")
 
 
 def main(argv=None) -> int:
