@@ -57,6 +57,21 @@ that fails the piece falls back to the greedy. Only the edges that are needed ar
 Sampling needs only the drafted tokens' key laws, so pieces are built lazily, only those
 the drafts reach.
 
+**5. No sort: ratio buckets as atoms (the default from V = 4096 on, ``atoms="buckets"``).**
+Facts 1-4 work for any *atoms* (sets of tokens that share one key law, scaled by ``p_t``,
+so ``x_t = p_t x_a / P_a``). Bucket the tokens by the exponent and first 6 mantissa bits of
+``q/p`` (one pass, no sort; ratios in a bucket lie in ``[r_lo, r_hi)``, within a factor
+``1 + 2^-6``), and solve the bucket problem (each bucket one atom, target stand-in
+``P_b`` times its middle ratio). Any such rule is lossless (keys stay uniform). It is
+*optimal* when a certificate holds: buckets with level ``x_a / P_a <= r_lo`` (``x <= q`` on
+all their tokens) come first and end at a piece boundary (tight), and all later buckets
+have level ``>= r_hi`` (``x >= q``): then ``sum min(q, x) = f(T) + q(rest) >= P*``. The
+pieces from the first bucket that is not "under" to the last that is not "over" are split
+into tokens, sorted, and solved exactly as one segment of key space (tight at both ends),
+which makes the certificate hold by construction. Few tokens are split except when the
+optimum is near 1 (then ``x = q`` on one huge piece and everything is split). The ``x`` is
+a different optimal one from fact 1's; ``atoms="tokens"`` gives that one.
+
 Exactness: the output law is exactly ``q`` (single-draft speculative sampling from the
 induced ``x``; the key laws realise ``x`` up to float rounding, ~1e-15) and
 the acceptance is the closed-form optimum. Non-identical drafts are not covered: ``f`` is
@@ -93,6 +108,15 @@ TILINGS = ("pool", "greedy")
 MAX_GROUP = 4096
 #: absolute rounding of a slot edge (the edges are solved to ~1e-16)
 EDGE_TOLERANCE = 1e-15
+#: what the atoms of the selection are: "tokens" (the lexicographically optimal x),
+#: "buckets" (ratio buckets where that keeps the optimum, fact 5) or "auto"
+ATOMS = ("auto", "tokens", "buckets")
+#: "auto" uses buckets from this vocabulary size on (below it sorting is cheap anyway)
+BUCKET_MIN_VOCAB = 4096
+#: mantissa bits of q/p that name a bucket: ratios in one bucket differ by a factor < 1 + 2^-6
+BUCKET_BITS = 6
+#: relative margin of the bucket certificate (float rounding of q/p and of x never flips it)
+CERTIFICATE_MARGIN = 1e-12
 
 
 def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: int):
@@ -120,20 +144,39 @@ def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: in
         main = np.flatnonzero(both)
         ratio = np.divide(target[main], draft[main])
         order = main[_argsort_positive(ratio)[::-1]]
-    n = order.size
-    top = np.zeros(n + 1)
-    if n == 0:
-        return order, np.zeros(0), np.zeros(1, dtype=np.int64), top
-    p_sorted = np.take(draft, order, out=ratio)  # ratio is no longer needed
-    np.cumsum(p_sorted, out=top[1:])
+    p_sorted = np.take(draft, order, out=ratio[: order.size])  # ratio is no longer needed
+    x_sorted, blocks, top = _lex_pieces(p_sorted, np.take(target, order), num_drafts)
+    return order, x_sorted, blocks, top
+
+
+def _lex_pieces(masses: np.ndarray, targets: np.ndarray, num_drafts: int, start: float = 0.0):
+    """PAVA for atoms already in ``q/p``-descending order whose keys start at ``start``.
+
+    Args:
+        masses: ``(n,)`` draft masses of the atoms (overwritten).
+        targets: ``(n,)`` target masses of the atoms (overwritten: it becomes ``x``).
+        num_drafts: K.
+        start: draft mass of everything before the atoms (0 for the whole vocabulary).
+
+    Returns:
+        ``(x, blocks, top)``: the atoms' ``x`` (each block tight), block starts (with ``n``
+        appended) and ``top`` (``(n + 1,)``, ``start`` plus the prefix masses).
+    """
+    n = masses.size
+    top = np.empty(n + 1)
+    top[0] = 0.0
+    np.cumsum(masses, out=top[1:])
+    if start:
+        top += start
     np.minimum(top, 1.0, out=top)
+    if n == 0:
+        return targets, np.zeros(1, dtype=np.int64), top
     f_prefix = _power(1.0 - top, num_drafts)
     np.subtract(1.0, f_prefix, out=f_prefix)  # f(prefix) = P(some draft in the prefix)
-    q_sorted = np.take(target, order)
-    v = np.subtract(f_prefix[1:], f_prefix[:-1], out=p_sorted)  # what priority by q/p gives each token
-    v /= q_sorted
-    iso = isotonic_regression(v, weights=q_sorted, increasing=True)
-    x_sorted = np.multiply(iso.x, q_sorted, out=q_sorted)
+    v = np.subtract(f_prefix[1:], f_prefix[:-1], out=masses)  # what priority by q/p gives each atom
+    v /= targets
+    iso = isotonic_regression(v, weights=targets, increasing=True)
+    x_sorted = np.multiply(iso.x, targets, out=targets)
     blocks = np.append(np.asarray(iso.blocks, dtype=np.int64)[:-1], n)
     # each block is tight: its x sums to f(end) - f(start) up to rounding; make it exact
     sums = np.add.reduceat(x_sorted, blocks[:-1])
@@ -144,7 +187,7 @@ def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: in
             x_sorted[a:b] *= c
     else:
         x_sorted *= np.repeat(scale, np.diff(blocks))
-    return order, x_sorted, blocks, top
+    return x_sorted, blocks, top
 
 
 def _argsort_positive(values: np.ndarray) -> np.ndarray:
@@ -725,6 +768,20 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
     if k == 2:
         root = np.sqrt(np.maximum(g * g + 4.0 * rhs, 0.0))
         return 0.5 * (g + root) if rising else 0.5 * (g - root)
+    if rhs.size <= 8:  # a few roots: the same iteration on Python floats (no array overhead)
+        out = np.empty(rhs.shape)
+        flat = out.reshape(-1)
+        for i, r in enumerate(rhs.reshape(-1).tolist()):
+            z = float(start)
+            for _ in range(NEWTON_STEPS):
+                power = z ** (k - 1)
+                slope = k * power - g
+                step = (power * z - g * z - r) / slope if slope != 0.0 else 0.0
+                z -= step
+                if abs(step) <= 2e-16 * max(abs(z), 0.5):
+                    break
+            flat[i] = z
+        return out
     u = np.full(rhs.shape, start, dtype=float)
     active = np.arange(u.size)
     z, r = u.copy(), rhs
@@ -745,6 +802,116 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
 
 
 
+class _Atoms:
+    """The atoms of a selection rule, in ``q/p``-descending order, with their pieces.
+
+    An atom is a set of tokens that share one key law (normalised by the atom's draft
+    mass), so token ``t`` of atom ``a`` gets ``x_t = p_t x_a / P_a``. Atoms are single tokens
+    (:meth:`tokens`, the lexicographically optimal ``x``) or ratio buckets with single
+    tokens where buckets would lose acceptance (:meth:`buckets`, fact 5).
+
+    Attributes:
+        masses: ``(n,)`` draft mass ``P_a`` of each atom.
+        x: ``(n,)`` ``x`` of each atom (every block tight).
+        blocks: ``(m + 1,)`` block (piece) starts, ``n`` appended.
+        top: ``(n + 1,)`` draft mass of the atoms before each atom.
+        bucket_atoms: number of atoms that are buckets (0 for :meth:`tokens`).
+        token_atoms: number of atoms that are single tokens.
+    """
+
+    def __init__(self, masses, x, blocks, top, atom_of, ranks, bucket_atoms=0):
+        self.masses, self.x, self.blocks, self.top = masses, x, blocks, top
+        self.atom_of, self._ranks = atom_of, ranks
+        self.bucket_atoms = bucket_atoms
+        self.token_atoms = masses.size - bucket_atoms
+
+    @classmethod
+    def tokens(cls, draft, target, k):
+        order, x, blocks, top = lex_optimal_induced(draft=draft, target=target, num_drafts=k)
+        rank = np.full(draft.size, -1, dtype=np.int64)
+        rank[order] = np.arange(order.size)
+        atoms = cls(np.take(draft, order), x, blocks, top, lambda t: int(rank[t]), lambda: rank)
+        atoms.order = order
+        return atoms
+
+    @classmethod
+    def buckets(cls, draft, target, k, bits=BUCKET_BITS):
+        """Ratio buckets as atoms; the buckets of the pieces next to ``x = q`` are split
+        into tokens and solved exactly (fact 5). ``None`` if ``q/p`` overflows."""
+        positive = draft.min() > 0.0 and target.min() > 0.0  # the usual case: no gathering
+        main = None if positive else np.flatnonzero((draft > 0) & (target > 0))
+        pm, qm = (draft, target) if main is None else (draft[main], target[main])
+        ratio = np.divide(qm, pm)
+        shift = np.uint64(52 - bits)
+        key = (ratio.view(np.uint64) >> shift).view(np.int64)  # rises with the ratio
+        hi, lo = int(key.max()), int(key.min())
+        if hi >= int(np.float64(np.inf).view(np.uint64) >> shift):  # q/p overflowed
+            return None
+        desc = np.subtract(hi, key, out=key)  # bucket 0 holds the largest ratios
+        nb = hi - lo + 1
+        mass_b = np.bincount(desc, weights=pm, minlength=nb)
+        occupied = np.flatnonzero(mass_b)  # p > 0 on every counted token
+        masses = mass_b[occupied]
+        edge = (hi - occupied).astype(np.uint64)
+        r_lo, r_hi = (edge << shift).view(np.float64), ((edge + np.uint64(1)) << shift).view(np.float64)
+        # the bucket problem: every ratio rounded to its bucket's middle (any positive
+        # stand-in for q keeps x feasible; the certificate below uses the true ratios)
+        x, blocks, top = _lex_pieces(masses.copy(), masses * (0.5 * (r_lo + r_hi)), k)
+        # certificate: token t of bucket a has x_t / q_t = level_a / r_t, r_t in [r_lo, r_hi)
+        level = x / masses
+        under = level <= r_lo * (1.0 - CERTIFICATE_MARGIN)  # x_t <= q_t for every token
+        over = level >= r_hi * (1.0 + CERTIFICATE_MARGIN)  # x_t >= q_t for every token
+        not_under, not_over = np.flatnonzero(~under), np.flatnonzero(~over)
+        n_buckets = occupied.size
+        atom_of_bucket = np.full(nb, -1, dtype=np.int64)
+        atom_of_bucket[occupied] = np.arange(n_buckets)
+        split = None  # atom of each split token (read only at split tokens)
+        if not_under.size and not_over.size and not_under[0] <= not_over[-1]:
+            # split the pieces from the first bucket that may be under-served... to the last
+            # that may be over-served into tokens and solve them exactly (one segment)
+            j0 = int(np.searchsorted(blocks, not_under[0], side="right")) - 1
+            j1 = int(np.searchsorted(blocks, not_over[-1], side="right")) - 1
+            a0, a1 = int(blocks[j0]), int(blocks[j1 + 1])
+            b0, b1 = int(occupied[a0]), int(occupied[a1 - 1])
+            inside = np.flatnonzero(np.subtract(desc, b0).view(np.uint64) <= np.uint64(b1 - b0))
+            inside = inside[_argsort_positive(ratio[inside])[::-1]]
+            tokens = inside if main is None else main[inside]
+            sub_x, sub_blocks, sub_top = _lex_pieces(draft[tokens], target[tokens].copy(), k, start=float(top[a0]))
+            n_tok = tokens.size
+            masses = np.concatenate([masses[:a0], draft[tokens], masses[a1:]])
+            x = np.concatenate([x[:a0], sub_x, x[a1:]])
+            top = np.concatenate([top[:a0], sub_top[:-1], top[a1:]])
+            blocks = np.concatenate([blocks[: j0 + 1], a0 + sub_blocks[1:-1], blocks[j1 + 1 :] - (a1 - a0) + n_tok])
+            atom_of_bucket[occupied[a1:]] += n_tok - (a1 - a0)
+            atom_of_bucket[occupied[a0:a1]] = -2  # split: look the token up
+            split = np.empty(draft.size, dtype=np.int64)
+            split[tokens] = np.arange(a0, a0 + n_tok)
+            n_buckets -= a1 - a0
+        position = None if main is None else np.full(draft.size, -1, dtype=np.int64)
+        if position is not None:
+            position[main] = np.arange(main.size)
+
+        def atom_of(t):
+            i = t if position is None else position[t]
+            if i < 0:
+                return -1
+            a = int(atom_of_bucket[desc[i]])
+            return a if a != -2 else int(split[t])
+
+        def ranks():
+            out = atom_of_bucket[desc]
+            if split is not None:
+                at = np.flatnonzero(out == -2)
+                out[at] = split[at if main is None else main[at]]
+            if position is None:
+                return out
+            full = np.full(draft.size, -1, dtype=np.int64)
+            full[main] = out
+            return full
+
+        return cls(masses, x, blocks, top, atom_of, ranks, bucket_atoms=n_buckets)
+
+
 class OptimalSelection(SelectionScheme):
     """Exactly optimal selection for K identical drafts at any vocabulary size.
 
@@ -759,17 +926,28 @@ class OptimalSelection(SelectionScheme):
         tiling: how each piece's key laws are built: ``"pool"`` (default: slots and a
             shared pool, vectorised, with the greedy as the fallback) or ``"greedy"``
             (the greedy tiling by sets, token by token; used by the book to teach it).
+        atoms: what shares a key law: ``"tokens"`` (each token its own atom: ``x`` is the
+            lexicographically optimal induced distribution of fact 1, which needs a sort of
+            the vocabulary), ``"buckets"`` (tokens whose ``q/p`` agree to 6 bits share one,
+            except next to ``x = q``, where tokens are split out and solved exactly; same
+            optimal acceptance, a different optimal ``x``; fact 5) or ``"auto"`` (the
+            default: buckets from V = 4096 on).
 
     Attributes:
-        induced: ``(V,)`` the induced distribution ``x = p_I`` of the selection step.
+        atoms: the atoms (``masses``, ``x``, ``blocks``, ``top``, ``bucket_atoms``,
+            ``token_atoms``).
+        blocks: block (piece) starts over the atoms.
+        top: draft mass before each atom.
     """
 
     name = "optimal"
     supports_non_identical = False
 
-    def __init__(self, *, draft, target, num_drafts=None, tiling: str = "pool"):
+    def __init__(self, *, draft, target, num_drafts=None, tiling: str = "pool", atoms: str = "auto"):
         if tiling not in TILINGS:
             raise ValueError(f"tiling must be one of {TILINGS}, got {tiling!r}")
+        if atoms not in ATOMS:
+            raise ValueError(f"atoms must be one of {ATOMS}, got {atoms!r}")
         self.tiling = tiling
         rows = np.asarray(draft, dtype=object if np.ndim(draft) == 0 else None)
         if rows.ndim == 2 and rows.shape[0] > 1 and not np.all(rows == rows[0]):
@@ -781,26 +959,50 @@ class OptimalSelection(SelectionScheme):
         super().__init__(draft=draft, target=target, num_drafts=num_drafts)
         k = self.num_drafts
         p, q = self.draft, self.target
-        order, x_sorted, blocks, top = lex_optimal_induced(draft=p, target=q, num_drafts=k)
-        self.order, self.blocks, self.top = order, blocks, top
-        self.rank = np.full(self.vocab_size, -1, dtype=np.int64)
-        self.rank[order] = np.arange(order.size)
+        built = None
+        if atoms == "buckets" or (atoms == "auto" and self.vocab_size >= BUCKET_MIN_VOCAB):
+            built = _Atoms.buckets(p, q, k)
+        self.atoms = built if built is not None else _Atoms.tokens(p, q, k)
+        self.blocks, self.top = self.atoms.blocks, self.atoms.top
         self._pieces: dict[int, _Piece] = {}
-        self._x_sorted = x_sorted
-        induced = np.zeros(self.vocab_size)
-        induced[order] = x_sorted
-        # position of each rest token (below); when every token is ranked it is never read
-        self._rest_pos = self.rank if order.size == self.vocab_size else np.full(self.vocab_size, -1, dtype=np.int64)
+        self._level = None  # x_a / P_a per atom, built when needed
         # tokens drafted but never in the target come last, each its own interval
         # (their x does not matter: min(q, x) = 0 and the residual is 0 there)
-        self.rest = np.flatnonzero((p > 0) & (q == 0)) if order.size < self.vocab_size else np.zeros(0, dtype=np.int64)
-        self.rest_top = top[-1] + np.concatenate([[0.0], np.cumsum(p[self.rest])])
-        if self.rest.size:
-            g = 1.0 - (1.0 - np.minimum(self.rest_top, 1.0)) ** k
-            induced[self.rest] = np.diff(g)
-            self._rest_pos[self.rest] = np.arange(self.rest.size)
-        self.induced = induced
-        self._residual_cache = None  # built at the first rejection
+        self.rest = np.flatnonzero((p > 0) & (q == 0)) if not q.all() else np.zeros(0, dtype=np.int64)
+        self.rest_top = self.top[-1] + np.concatenate([[0.0], np.cumsum(p[self.rest])])
+        self._rest_pos = {int(t): i for i, t in enumerate(self.rest)}
+        self._induced_cache = None  # built at the first rejection (or when asked)
+        self._residual_cache = None
+
+    # --- lazily built V-long arrays -----------------------------------------------------
+    @property
+    def rank(self) -> np.ndarray:
+        """``(V,)`` the atom of each token (-1 where ``p = 0`` or ``q = 0``)."""
+        return self.atoms._ranks()
+
+    @property
+    def order(self) -> np.ndarray:
+        """Tokens in ``q/p``-descending order, one per atom (``atoms="tokens"`` only)."""
+        if not hasattr(self.atoms, "order"):
+            raise AttributeError("`order` lists one token per atom: build the scheme with atoms='tokens'")
+        return self.atoms.order
+
+    @property
+    def induced(self) -> np.ndarray:
+        """``(V,)`` the induced distribution ``x = p_I`` of the selection step."""
+        if self._induced_cache is None:
+            if hasattr(self.atoms, "order"):  # single tokens: x itself
+                induced = np.zeros(self.vocab_size)
+                induced[self.atoms.order] = self.atoms.x
+            else:  # x_t = p_t x_a / P_a; unranked tokens read a level of 0
+                rank = self.rank
+                levels = np.append(self._levels(), 0.0)
+                induced = np.multiply(self.draft, levels[rank])
+            if self.rest.size:
+                g = 1.0 - (1.0 - np.minimum(self.rest_top, 1.0)) ** self.num_drafts
+                induced[self.rest] = np.diff(g)
+            self._induced_cache = induced
+        return self._induced_cache
 
     @property
     def _residual(self) -> np.ndarray:
@@ -808,27 +1010,53 @@ class OptimalSelection(SelectionScheme):
             self._residual_cache = residual_and_mass(self.target, self.induced)[0]
         return self._residual_cache
 
+    def _levels(self) -> np.ndarray:
+        if self._level is None:
+            self._level = self.atoms.x / self.atoms.masses
+        return self._level
+
+    def _x_of(self, token: int) -> float:
+        """``x`` of one token without building the V-long ``induced``."""
+        if self._induced_cache is not None:
+            return float(self._induced_cache[token])
+        a = self.atoms.atom_of(token)
+        if a >= 0:
+            mass = self.atoms.masses[a]
+            return float(self.atoms.x[a] if mass == self.draft[token] else self.draft[token] * self.atoms.x[a] / mass)
+        return float(self.induced[token])
+
     # --- key sets --------------------------------------------------------------------
     def _piece(self, j: int):
         if j not in self._pieces:
             a, b = self.blocks[j], self.blocks[j + 1]
-            args = (self.draft[self.order[a:b]], self._x_sorted[a:b], self.top[a], self.num_drafts)
+            args = (self.atoms.masses[a:b], self.atoms.x[a:b], self.top[a], self.num_drafts)
             piece = _PoolPiece.build(*args) if self.tiling == "pool" else None
             self._pieces[j] = piece if piece is not None else _Piece(*args)
         return self._pieces[j]
+
+    def _locate(self, token: int):
+        """``(piece, local atom, atom)`` of a ranked token, else ``None``."""
+        a = self.atoms.atom_of(token)
+        if a < 0:
+            return None
+        j = int(np.searchsorted(self.blocks, a, side="right")) - 1
+        return j, int(a - self.blocks[j]), a
 
     def key_fragments(self, token: int) -> list[tuple[float, float, float]]:
         """The key law of ``token``: intervals ``(start, end, weight)`` of ``[0, 1]``.
 
         A draft of ``token`` gets its key with density ``weight / p_t`` on each interval;
         ``weight`` is the share of the keys there that belong to the token (1 on a set of
-        the greedy tiling and on a slot, ``r_t / |pool|`` on a pool). Empty if ``p_t = 0``.
+        the greedy tiling and on a slot of a single-token atom, less on a pool or a bucket
+        shared with other tokens). Empty if ``p_t = 0``.
         """
-        r = self.rank[token]
-        if r >= 0:
-            j = int(np.searchsorted(self.blocks, r, side="right")) - 1
-            return self._piece(j).fragments(int(r - self.blocks[j]), float(self.draft[token]))
-        pos = self._rest_pos[token]
+        where = self._locate(token)
+        if where is not None:
+            j, i, a = where
+            mass = float(self.atoms.masses[a])
+            share = float(self.draft[token]) / mass
+            return [(s, e, w * share) for s, e, w in self._piece(j).fragments(i, mass)]
+        pos = self._rest_pos.get(int(token), -1)
         if pos >= 0:
             return [(float(self.rest_top[pos]), float(self.rest_top[pos + 1]), 1.0)]
         return []
@@ -837,18 +1065,17 @@ class OptimalSelection(SelectionScheme):
         """How ``token``'s key law is built: ``"pool"`` (slots and a pool), ``"greedy"``
         (greedy tiling), ``"rest"`` (``q_t = 0``: one interval after everything else) or
         ``"none"`` (``p_t = 0``: never drafted)."""
-        r = self.rank[token]
-        if r >= 0:
-            j = int(np.searchsorted(self.blocks, r, side="right")) - 1
-            return "pool" if isinstance(self._piece(j), _PoolPiece) else "greedy"
-        return "rest" if self._rest_pos[token] >= 0 else "none"
+        where = self._locate(token)
+        if where is not None:
+            return "pool" if isinstance(self._piece(where[0]), _PoolPiece) else "greedy"
+        return "rest" if int(token) in self._rest_pos else "none"
 
     def _sample_key(self, token: int, uniform: float) -> float:
-        r = self.rank[token]
-        if r >= 0:
-            j = int(np.searchsorted(self.blocks, r, side="right")) - 1
-            return self._piece(j).sample_key(int(r - self.blocks[j]), float(self.draft[token]), uniform)
-        pos = self._rest_pos[token]
+        where = self._locate(token)
+        if where is not None:
+            j, i, a = where
+            return self._piece(j).sample_key(i, float(self.atoms.masses[a]), uniform)
+        pos = self._rest_pos[int(token)]
         return float(self.rest_top[pos] + uniform * (self.rest_top[pos + 1] - self.rest_top[pos]))
 
     # --- the three exact operations --------------------------------------------------
@@ -888,8 +1115,9 @@ class OptimalSelection(SelectionScheme):
         probs = self.selection_probabilities(tokens)
         dist = np.zeros(self.vocab_size)
         accept = 0.0
+        induced = self.induced
         for t, w in zip(tokens, probs):
-            a = min(1.0, self.target[t] / self.induced[t]) if self.induced[t] > 0 else 1.0
+            a = min(1.0, self.target[t] / induced[t]) if induced[t] > 0 else 1.0
             dist[t] += w * a
             dist += w * (1.0 - a) * self._residual
             accept += w * a
@@ -898,11 +1126,21 @@ class OptimalSelection(SelectionScheme):
     def sample(self, drafts, rng: np.random.Generator) -> Selection:
         tokens = self.check_tokens(drafts)
         check_rng(rng)
-        keys = [self._sample_key(int(t), rng.random()) for t in tokens]
-        i = int(np.argmin(keys))
+        # pieces own consecutive key intervals, so only the drafts in the first piece that
+        # any draft reaches can have the smallest key (rest tokens: one piece each, last)
+        where = [self._locate(int(t)) for t in tokens]
+        n_pieces = self.blocks.size - 1
+        piece = [w[0] if w is not None else n_pieces + self._rest_pos[int(t)] for w, t in zip(where, tokens)]
+        first = min(piece)
+        contenders = [i for i, j in enumerate(piece) if j == first]
+        if len(contenders) == 1 or all(tokens[i] == tokens[contenders[0]] for i in contenders):
+            i = contenders[0]  # (drafts of one token: any of them is that token)
+        else:
+            keys = [self._sample_key(int(tokens[i]), rng.random()) for i in contenders]
+            i = contenders[int(np.argmin(keys))]
         y = int(tokens[i])
         # single-draft speculative sampling from the induced x to q
-        if rng.random() * self.induced[y] < self.target[y]:
+        if rng.random() * self._x_of(y) < self.target[y]:
             return self.selection(tokens, y)
         return Selection(sample_index(self._residual, rng), False, None)
 

@@ -62,3 +62,19 @@ def softmax_pair(rng: np.random.Generator, vocab: int, *, scale: float, draft_te
 
     logits = rng.normal(size=vocab) * scale
     return distribution_from_logits(logits, temperature=draft_temperature), distribution_from_logits(logits), logits
+
+
+def bucket_case(rng: np.random.Generator, *, vocab: int, groups: int = 3, zeros: bool = False):
+    """A seeded ``(draft, target)`` whose ratios ``q/p`` come in ``groups`` tight clusters.
+
+    Tokens of one cluster differ in ``q/p`` by a factor below ``1 + 1e-4``, so they usually
+    share a ratio bucket of the optimal scheme (``atoms="buckets"``); with ``zeros``, one
+    token has ``q = 0`` and one ``p = 0``.
+    """
+    draft = rng.dirichlet(np.full(vocab, 1.0))
+    centres = np.exp(rng.normal(0.0, 1.0, groups))
+    ratio = centres[rng.integers(groups, size=vocab)] * (1.0 + 1e-4 * rng.random(vocab))
+    target = draft * ratio
+    if zeros and vocab >= 3:
+        target[0], draft[1] = 0.0, 0.0
+    return draft / draft.sum(), target / target.sum()

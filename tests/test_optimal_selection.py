@@ -16,7 +16,7 @@ from mspec import optimal_selection
 from mspec.optimal_selection import OptimalSelection, _argsort_positive, _Piece, _PoolPiece, lex_optimal_induced
 
 from sampling import chi2_pvalue, sample_counts
-from strategies import random_case
+from strategies import bucket_case, random_case
 
 
 def nu(intervals, k):
@@ -256,7 +256,8 @@ def test_full_vocabulary_acceptance_and_never_below_the_others(k):
             assert rule.acceptance() >= other - 1e-12, name
 
 
-def test_chi_square_at_a_thousand_tokens():
+@pytest.mark.parametrize("atoms", ["tokens", "buckets"])
+def test_chi_square_at_a_thousand_tokens(atoms):
     from mspec.bench import lm_like_pair
 
     draft, target = lm_like_pair(1000, seed=3, draft_temperature=1.5)
@@ -267,11 +268,13 @@ def test_chi_square_at_a_thousand_tokens():
     def pooled(v):
         return np.append(v[top], v.sum() - v[top].sum())
 
-    rule = OptimalSelection(draft=draft, target=target, num_drafts=3)
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=3, atoms=atoms)
+    if atoms == "buckets":  # buckets of several tokens are used
+        assert rule.atoms.bucket_atoms > 0 and rule.atoms.masses.size < draft.size
     counts = sample_counts(rule, 20_000, seed=7)
     assert chi2_pvalue(pooled(counts), pooled(target)) > 1e-3
     # the same sampler with a broken residual (plain target after a rejection) must fail
-    broken = OptimalSelection(draft=draft, target=target, num_drafts=3)
+    broken = OptimalSelection(draft=draft, target=target, num_drafts=3, atoms=atoms)
     broken._residual_cache = target.copy()
     counts = sample_counts(broken, 20_000, seed=7)
     assert chi2_pvalue(pooled(counts), pooled(target)) < 1e-6
@@ -305,6 +308,10 @@ def test_bad_input_and_registry():
         rule.sample([0, 1], 0)
     with pytest.raises(ValueError, match="num_drafts"):
         OptimalSelection(draft=[0.5, 0.5], target=[0.5, 0.5])
+    with pytest.raises(ValueError, match="atoms must be one of"):
+        OptimalSelection(draft=[0.5, 0.5], target=[0.5, 0.5], num_drafts=2, atoms="bucket")
+    with pytest.raises(AttributeError, match="atoms='tokens'"):
+        OptimalSelection(draft=[0.5, 0.5], target=[0.6, 0.4], num_drafts=2, atoms="buckets").order
 
 
 def test_real_language_model_distributions():
@@ -331,3 +338,76 @@ def test_real_language_model_distributions():
             tokens = np.unique(rng.choice(draft.size, size=k, p=draft))
             assert_key_laws_tile(rule, k, tokens, atol=1e-13)
             assert all(rule.realisation(int(t)) == "pool" for t in tokens)
+
+
+# --- fact 5: ratio buckets as atoms ------------------------------------------------------
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_buckets_lossless_by_enumeration_and_optimal(k):
+    # Ratios in tight clusters, so several tokens share a bucket (one key law, x_t ∝ p_t).
+    # Exact law by enumeration, acceptance == the closed form, key laws of the right length
+    # and nu-mass tiling [0, 1]; across the cases both kinds of atom occur (buckets of
+    # several tokens, and tokens split out next to x = q).
+    rng = np.random.default_rng(40 + k)
+    shared = split = 0
+    for trial in range(40):
+        draft, target = bucket_case(rng, vocab=6 if k < 4 else 5, zeros=trial % 4 == 0)
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k, atoms="buckets")
+        law, accept = output_distribution(rule)
+        np.testing.assert_allclose(law, target, atol=1e-12)
+        best = optimal_acceptance(draft=draft, target=target, num_drafts=k)
+        assert accept == pytest.approx(best, abs=1e-12) and rule.acceptance() == pytest.approx(best, abs=1e-12)
+        edges, _, off = assert_key_laws_tile(rule, k, range(draft.size))
+        assert off < 1e-13 and edges[-1] == pytest.approx(1.0, abs=1e-13)
+        ranked = (draft > 0) & (target > 0)
+        shared += rule.atoms.masses.size < ranked.sum()
+        split += rule.atoms.token_atoms > 0
+    assert shared >= 10 and split >= 5, (shared, split)
+
+
+def test_buckets_alone_are_lossless_but_the_certificate_restores_the_optimum(monkeypatch):
+    # Without splitting (a certificate that passes everything) the bucket rule is still a
+    # tiling of the keys -- lossless -- but next to x = q it loses acceptance. Splitting
+    # those buckets into tokens is what makes "buckets" optimal.
+    rng = np.random.default_rng(11)
+    cases = [bucket_case(rng, vocab=6) for _ in range(40)]
+    monkeypatch.setattr(optimal_selection, "CERTIFICATE_MARGIN", -1.0)  # every bucket "under" and "over"
+    losses = []
+    for draft, target in cases:
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=2, atoms="buckets")
+        assert rule.atoms.token_atoms == 0
+        law, accept = output_distribution(rule)
+        np.testing.assert_allclose(law, target, atol=1e-12)
+        losses.append(optimal_acceptance(draft=draft, target=target, num_drafts=2) - accept)
+    assert min(losses) > -1e-12 and max(losses) > 1e-4
+
+
+def test_sample_follows_the_exact_conditional_law():
+    # sample() skips the keys of drafts in later pieces and of repeated tokens; given the
+    # drafted tokens, its output frequencies must still match conditional() (chi-square).
+    rng = np.random.default_rng(3)
+    draft, target = bucket_case(rng, vocab=6)
+    for atoms in ("tokens", "buckets"):
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=3, atoms=atoms)
+        for tokens in ([0, 1, 2], [3, 3, 4], [5, 5, 5], [1, 4, 4]):
+            law, _ = rule.conditional(tokens)
+            counts = np.bincount([rule.sample(tokens, rng).token for _ in range(4000)], minlength=6)
+            if np.count_nonzero(law > 1e-15) == 1:  # a sure output (e.g. always accepted)
+                assert counts[np.argmax(law)] == 4000
+            else:
+                assert chi2_pvalue(counts.astype(float), law) > 1e-3, (atoms, tokens)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_buckets_at_full_vocabulary_need_few_tokens_sorted(k):
+    # V = 50272, LM-shaped pairs: "auto" uses buckets; only a few tokens are split out
+    # (sorted) where the buckets straddle x = q, and the acceptance is still the optimum.
+    from mspec.bench import lm_like_pair
+
+    for seed, temperature in [(0, 0.8), (1, 1.5), (2, 2.0)]:
+        draft, target = lm_like_pair(50272, seed=seed, draft_temperature=temperature)
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
+        assert rule.atoms.bucket_atoms > 0 and rule.atoms.token_atoms < 500
+        best = optimal_acceptance(draft=draft, target=target, num_drafts=k)
+        assert rule.acceptance() == pytest.approx(best, abs=1e-9)
+        tokens = np.unique(np.random.default_rng(k).choice(draft.size, size=30, p=draft))
+        assert_key_laws_tile(rule, k, tokens, atol=1e-14)

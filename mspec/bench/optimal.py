@@ -13,10 +13,11 @@ target, the same logits at temperature 1.5 for the draft.
 
 Last, the exactly optimal scheme at any V (``"optimal"``, :mod:`mspec.optimal_selection`)
 on LM-shaped pairs (:func:`mspec.bench.lm_like_pair`) for V = 1k..256k and K = 2, 4, 8:
-its set-up (sort + PAVA + residual), the first selection step at a fresh position (set-up
-plus building the pieces the drafted tokens reach), later steps, how many drafted tokens
-fell back to the greedy tiling, and each time as a ratio to one single-draft step at the
-same V, measured in the same run.
+its set-up (ratio buckets, PAVA, the split tokens' sort), the first selection step at a
+fresh position (set-up plus building the pieces the drafted tokens reach) and its ratio to
+one single-draft step at the same V measured in the same run, later steps, the atoms
+(buckets and split tokens), the first step with every token its own atom (a full sort, the
+construction before buckets), and how many drafted tokens fell back to the greedy tiling.
 """
 
 from __future__ import annotations
@@ -124,8 +125,8 @@ def full_vocabulary_table(args) -> None:
     """Scaling of the exactly optimal scheme ("optimal") with V and K, against single-draft."""
     print("\nexactly optimal selection at any V ('optimal'): LM-shaped pairs (mspec.bench.lm_like_pair)")
     print("times in ms; 'x single' = ratio to one single-draft step at the same V (same run)")
-    print(f"{'T':>4} {'V':>7} {'K':>2} {'single':>8} {'set-up':>8} {'x single':>9} {'1st step':>10} "
-          f"{'x single':>9} {'worst':>8} {'later':>7} {'greedy':>7} {'acc':>7} {'acc - closed':>13}")
+    print(f"{'T':>4} {'V':>7} {'K':>2} {'single':>8} {'set-up':>8} {'1st step':>9} {'x single':>9} {'worst':>7} "
+          f"{'later':>6} {'buckets':>8} {'split':>6} {'tokens 1st':>11} {'greedy':>7} {'acc':>7} {'acc - closed':>13}")
     for temperature in args.full_temperatures:
         for vocab in args.full_vocabs:
             draft, target = lm_like_pair(vocab, seed=args.seed, draft_temperature=temperature)
@@ -134,28 +135,36 @@ def full_vocabulary_table(args) -> None:
             single = median_time(lambda: SingleDraft(draft=draft, target=target).sample([next(singles)], rng),
                                  repeats=max(5, args.repeats // 10))
             for k in args.full_drafts:
-                setup = median_time(lambda: OptimalSelection(draft=draft, target=target, num_drafts=k), repeats=3)
-                drafts = rng.choice(vocab, size=(8, k), p=draft)
-                first = worst = later = float("nan")
+                setup = median_time(lambda: OptimalSelection(draft=draft, target=target, num_drafts=k), repeats=5)
+                drafts = rng.choice(vocab, size=(16, k), p=draft)
+                first = worst = later = tokens_first = float("nan")
                 greedy = "-"
                 rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
                 if vocab <= args.first_step_max_vocab:
                     # a fresh position each time: set-up + the first sample (builds the pieces it reaches)
-                    firsts = []
-                    for tokens in drafts[:5]:
-                        start = time.perf_counter()
-                        rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
-                        rule.sample(tokens, rng)
-                        firsts.append(time.perf_counter() - start)
+                    def first_steps(**options):
+                        times = []
+                        for tokens in drafts[:9]:
+                            start = time.perf_counter()
+                            fresh = OptimalSelection(draft=draft, target=target, num_drafts=k, **options)
+                            fresh.sample(tokens, rng)
+                            times.append(time.perf_counter() - start)
+                        return fresh, times
+
+                    rule, firsts = first_steps()
                     first, worst = float(np.median(firsts)), max(firsts)
-                    later = float(np.median([_timed(lambda t=t: rule.sample(t, rng)) for t in drafts[5:]]))
-                    greedy = str(sum(rule.realisation(int(t)) == "greedy" for t in np.unique(drafts[:5])))
+                    tokens_first = float(np.median(first_steps(atoms="tokens")[1]))
+                    later = float(np.median([_timed(lambda t=t: rule.sample(t, rng)) for t in drafts[9:]]))
+                    greedy = str(sum(rule.realisation(int(t)) == "greedy" for t in np.unique(drafts[:9])))
                 gap = rule.acceptance() - optimal_acceptance(draft=draft, target=target, num_drafts=k)
-                print(f"{temperature:4.1f} {vocab:>7} {k:>2} {single * 1e3:8.3f} {setup * 1e3:8.2f} "
-                      f"{setup / single:9.1f} {first * 1e3:10.2f} {first / single:9.1f} {worst * 1e3:8.1f} "
-                      f"{later * 1e3:7.2f} {greedy:>7} {rule.acceptance():7.4f} {gap:13.1e}")
-    print("1st step = set-up + first sample at a fresh position (median of 5; worst = slowest of them);")
-    print("greedy = drafted tokens of those 5 whose piece fell back to the greedy tiling (the rest: slots and a pool)")
+                atoms = rule.atoms
+                print(f"{temperature:4.1f} {vocab:>7} {k:>2} {single * 1e3:8.3f} {setup * 1e3:8.2f} {first * 1e3:9.2f} "
+                      f"{first / single:9.1f} {worst * 1e3:7.2f} {later * 1e3:6.2f} {atoms.bucket_atoms:>8} "
+                      f"{atoms.token_atoms:>6} {tokens_first * 1e3:11.2f} {greedy:>7} {rule.acceptance():7.4f} {gap:13.1e}")
+    print("1st step = set-up + first sample at a fresh position (median of 9; worst = slowest of them);")
+    print("buckets / split = atoms that are ratio buckets / single tokens split out next to x = q")
+    print("(atoms='auto': buckets from V = 4096 on); tokens 1st = the 1st step with atoms='tokens' (a full sort);")
+    print("greedy = drafted tokens of those 9 whose piece fell back to the greedy tiling (the rest: slots and a pool)")
     print("goal (issue): one step incl. set-up within 5x single-draft and < 5 ms at V = 50272, K = 2, 4")
 
 
