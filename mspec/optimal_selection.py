@@ -68,9 +68,10 @@ all their tokens) come first and end at a piece boundary (tight), and all later 
 have level ``>= r_hi`` (``x >= q``): then ``sum min(q, x) = f(T) + q(rest) >= P*``. The
 pieces from the first bucket that is not "under" to the last that is not "over" are split
 into tokens, sorted, and solved exactly as one segment of key space (tight at both ends),
-which makes the certificate hold by construction. Few tokens are split except when the
-optimum is near 1 (then ``x = q`` on one huge piece and everything is split). The ``x`` is
-a different optimal one from fact 1's; ``atoms="tokens"`` gives that one.
+which makes the certificate hold by construction. A large segment is bucketed again with
+6 more bits per level (the same argument inside the segment) while that certifies some of
+it; the rest is sorted. Only an optimum of 1 (``x = q`` on one huge piece) ends in a full
+sort. The ``x`` is a different optimal one from fact 1's; ``atoms="tokens"`` gives that one.
 
 Exactness: the output law is exactly ``q`` (single-draft speculative sampling from the
 induced ``x``; the key laws realise ``x`` up to float rounding, ~1e-15) and
@@ -117,6 +118,10 @@ BUCKET_MIN_VOCAB = 4096
 BUCKET_BITS = 6
 #: relative margin of the bucket certificate (float rounding of q/p and of x never flips it)
 CERTIFICATE_MARGIN = 1e-12
+#: a split segment of at most this many tokens is sorted rather than bucketed again
+SORT_BELOW = 2048
+#: finest buckets of a split segment (6 more mantissa bits per level)
+MAX_BUCKET_BITS = 30
 
 
 def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: int):
@@ -182,7 +187,7 @@ def _lex_pieces(masses: np.ndarray, targets: np.ndarray, num_drafts: int, start:
     sums = np.add.reduceat(x_sorted, blocks[:-1])
     want = f_prefix[blocks[1:]] - f_prefix[blocks[:-1]]
     scale = np.divide(want, sums, out=np.ones_like(sums), where=sums > 0)
-    if blocks.size - 1 < 64:  # few pieces (the usual case): scale in place, piece by piece
+    if blocks.size - 1 <= 8:  # few pieces: scale in place, piece by piece (no n-long temporary)
         for a, b, c in zip(blocks[:-1], blocks[1:], scale):
             x_sorted[a:b] *= c
     else:
@@ -819,9 +824,11 @@ class _Atoms:
         token_atoms: number of atoms that are single tokens.
     """
 
-    def __init__(self, masses, x, blocks, top, atom_of, ranks, bucket_atoms=0):
+    def __init__(self, masses, x, blocks, top, atom_of, ranks, token_x, bucket_atoms=0):
         self.masses, self.x, self.blocks, self.top = masses, x, blocks, top
-        self.atom_of, self._ranks = atom_of, ranks
+        # atom_of(t): atom of token t (-1: none); ranks(): all of them, (V,);
+        # token_x(): x of every token, (V,) (0 where p = 0 or q = 0)
+        self.atom_of, self.ranks, self.token_x = atom_of, ranks, token_x
         self.bucket_atoms = bucket_atoms
         self.token_atoms = masses.size - bucket_atoms
 
@@ -830,63 +837,38 @@ class _Atoms:
         order, x, blocks, top = lex_optimal_induced(draft=draft, target=target, num_drafts=k)
         rank = np.full(draft.size, -1, dtype=np.int64)
         rank[order] = np.arange(order.size)
-        atoms = cls(np.take(draft, order), x, blocks, top, lambda t: int(rank[t]), lambda: rank)
+        def token_x():
+            out = np.zeros(draft.size)
+            out[order] = x
+            return out
+
+        atoms = cls(np.take(draft, order), x, blocks, top, lambda t: int(rank[t]), lambda: rank, token_x)
         atoms.order = order
         return atoms
 
     @classmethod
-    def buckets(cls, draft, target, k, bits=BUCKET_BITS):
-        """Ratio buckets as atoms; the buckets of the pieces next to ``x = q`` are split
-        into tokens and solved exactly (fact 5). ``None`` if ``q/p`` overflows."""
+    def buckets(cls, draft, target, k):
+        """Ratio buckets as atoms (fact 5). ``None`` (use :meth:`tokens`) if ``q/p``
+        overflows or no token has ``p > 0`` and ``q > 0``."""
         positive = draft.min() > 0.0 and target.min() > 0.0  # the usual case: no gathering
         main = None if positive else np.flatnonzero((draft > 0) & (target > 0))
         pm, qm = (draft, target) if main is None else (draft[main], target[main])
-        ratio = np.divide(qm, pm)
-        shift = np.uint64(52 - bits)
-        key = (ratio.view(np.uint64) >> shift).view(np.int64)  # rises with the ratio
-        hi, lo = int(key.max()), int(key.min())
-        if hi >= int(np.float64(np.inf).view(np.uint64) >> shift):  # q/p overflowed
+        if pm.size == 0:  # no token with p > 0 and q > 0: nothing to bucket
             return None
-        desc = np.subtract(hi, key, out=key)  # bucket 0 holds the largest ratios
-        nb = hi - lo + 1
-        mass_b = np.bincount(desc, weights=pm, minlength=nb)
-        occupied = np.flatnonzero(mass_b)  # p > 0 on every counted token
-        masses = mass_b[occupied]
-        edge = (hi - occupied).astype(np.uint64)
-        r_lo, r_hi = (edge << shift).view(np.float64), ((edge + np.uint64(1)) << shift).view(np.float64)
-        # the bucket problem: every ratio rounded to its bucket's middle (any positive
-        # stand-in for q keeps x feasible; the certificate below uses the true ratios)
-        x, blocks, top = _lex_pieces(masses.copy(), masses * (0.5 * (r_lo + r_hi)), k)
-        # certificate: token t of bucket a has x_t / q_t = level_a / r_t, r_t in [r_lo, r_hi)
-        level = x / masses
-        under = level <= r_lo * (1.0 - CERTIFICATE_MARGIN)  # x_t <= q_t for every token
-        over = level >= r_hi * (1.0 + CERTIFICATE_MARGIN)  # x_t >= q_t for every token
-        not_under, not_over = np.flatnonzero(~under), np.flatnonzero(~over)
-        n_buckets = occupied.size
-        atom_of_bucket = np.full(nb, -1, dtype=np.int64)
-        atom_of_bucket[occupied] = np.arange(n_buckets)
-        split = None  # atom of each split token (read only at split tokens)
-        if not_under.size and not_over.size and not_under[0] <= not_over[-1]:
-            # split the pieces from the first bucket that may be under-served... to the last
-            # that may be over-served into tokens and solve them exactly (one segment)
-            j0 = int(np.searchsorted(blocks, not_under[0], side="right")) - 1
-            j1 = int(np.searchsorted(blocks, not_over[-1], side="right")) - 1
-            a0, a1 = int(blocks[j0]), int(blocks[j1 + 1])
-            b0, b1 = int(occupied[a0]), int(occupied[a1 - 1])
-            inside = np.flatnonzero(np.subtract(desc, b0).view(np.uint64) <= np.uint64(b1 - b0))
-            inside = inside[_argsort_positive(ratio[inside])[::-1]]
-            tokens = inside if main is None else main[inside]
-            sub_x, sub_blocks, sub_top = _lex_pieces(draft[tokens], target[tokens].copy(), k, start=float(top[a0]))
-            n_tok = tokens.size
-            masses = np.concatenate([masses[:a0], draft[tokens], masses[a1:]])
-            x = np.concatenate([x[:a0], sub_x, x[a1:]])
-            top = np.concatenate([top[:a0], sub_top[:-1], top[a1:]])
-            blocks = np.concatenate([blocks[: j0 + 1], a0 + sub_blocks[1:-1], blocks[j1 + 1 :] - (a1 - a0) + n_tok])
-            atom_of_bucket[occupied[a1:]] += n_tok - (a1 - a0)
-            atom_of_bucket[occupied[a0:a1]] = -2  # split: look the token up
-            split = np.empty(draft.size, dtype=np.int64)
-            split[tokens] = np.arange(a0, a0 + n_tok)
-            n_buckets -= a1 - a0
+        level = _bucket_level(qm, pm, k, 0.0, BUCKET_BITS)
+        if level is None:  # q/p overflowed
+            return None
+        masses, x, blocks, top, desc, atom_of_bucket, uncertified = level
+        n_buckets = masses.size
+        split_pos = split_atoms = None  # positions (ascending) and atoms of the split tokens
+        if uncertified is not None:
+            j0, j1, a0, a1, inside, b0, b1 = uncertified
+            sub = _split_segment(qm[inside], pm[inside], k, float(top[a0]), BUCKET_BITS + BUCKET_BITS)
+            masses, x, blocks, top = _splice(masses, x, blocks, top, j0, j1, a0, a1, sub[:4])
+            atom_of_bucket[atom_of_bucket >= a1] += sub[0].size - (a1 - a0)
+            atom_of_bucket[b0 : b1 + 1] = -2  # split: look the token up
+            split_pos, split_atoms = inside, a0 + sub[4]
+            n_buckets += sub[5] - (a1 - a0)
         position = None if main is None else np.full(draft.size, -1, dtype=np.int64)
         if position is not None:
             position[main] = np.arange(main.size)
@@ -896,20 +878,134 @@ class _Atoms:
             if i < 0:
                 return -1
             a = int(atom_of_bucket[desc[i]])
-            return a if a != -2 else int(split[t])
+            return a if a != -2 else int(split_atoms[np.searchsorted(split_pos, i)])
+
+        def full(values, fill):  # values per counted token -> (V,)
+            if main is None:
+                return values
+            out = np.full(draft.size, fill, dtype=values.dtype)
+            out[main] = values
+            return out
 
         def ranks():
             out = atom_of_bucket[desc]
-            if split is not None:
-                at = np.flatnonzero(out == -2)
-                out[at] = split[at if main is None else main[at]]
-            if position is None:
-                return out
-            full = np.full(draft.size, -1, dtype=np.int64)
-            full[main] = out
-            return full
+            if split_pos is not None:
+                out[split_pos] = split_atoms
+            return full(out, -1)
 
-        return cls(masses, x, blocks, top, atom_of, ranks, bucket_atoms=n_buckets)
+        def token_x():  # one V-long array: x_t = p_t * level of its atom
+            level = x / masses
+            out = np.where(atom_of_bucket >= 0, level[atom_of_bucket], 0.0)[desc]
+            out *= pm
+            if split_pos is not None:
+                out[split_pos] = pm[split_pos] * level[split_atoms]
+            return full(out, 0.0)
+
+        return cls(masses, x, blocks, top, atom_of, ranks, token_x, bucket_atoms=n_buckets)
+
+
+def _bucket_level(targets, masses, k, start, bits, most=None):
+    """One level of fact 5: bucket tokens by ``bits`` mantissa bits of ``q/p``, solve the
+    bucket problem on keys from ``start``, and find the buckets the certificate cannot pass.
+
+    Args:
+        targets: ``(n,)`` target masses of the tokens (positive).
+        masses: ``(n,)`` their draft masses (positive).
+        k: K.
+        start: draft mass before these tokens (they are tight at both ends).
+        bits: mantissa bits of ``q/p`` that name a bucket.
+        most: give up (``None``) if the buckets would span more than this many keys.
+
+    Returns:
+        ``None`` if ``q/p`` overflowed (or ``most`` was exceeded), else ``(masses, x, blocks, top, desc,
+        atom_of_bucket, uncertified)``: the bucket atoms (largest ratios first), each
+        token's bucket ``desc``, the atom of each bucket, and ``None`` or ``(j0, j1,
+        a0, a1, inside, b0, b1)``: the pieces ``j0..j1`` (atoms ``a0..a1-1``, buckets
+        ``b0..b1``) to split, with the tokens ``inside`` them.
+    """
+    shift = np.uint64(52 - bits)
+    ratio = np.divide(targets, masses)
+    key = np.right_shift(ratio.view(np.uint64), shift, out=ratio.view(np.uint64)).view(np.int64)  # rises with q/p
+    hi, lo = int(key.max()), int(key.min())
+    if hi >= int(np.float64(np.inf).view(np.uint64) >> shift) or (most is not None and hi - lo >= most):
+        return None
+    desc = np.subtract(hi, key, out=key)  # bucket 0 holds the largest ratios
+    nb = hi - lo + 1
+    mass_b = np.bincount(desc, weights=masses, minlength=nb)
+    occupied = np.flatnonzero(mass_b)  # p > 0 on every counted token
+    bucket_mass = mass_b[occupied]
+    edge = (hi - occupied).astype(np.uint64)
+    r_lo, r_hi = (edge << shift).view(np.float64), ((edge + np.uint64(1)) << shift).view(np.float64)
+    # the bucket problem: every ratio rounded to its bucket's middle (any positive
+    # stand-in for q keeps x feasible; the certificate below uses the true ratios)
+    x, blocks, top = _lex_pieces(bucket_mass.copy(), bucket_mass * (0.5 * (r_lo + r_hi)), k, start)
+    # certificate: token t of bucket a has x_t / q_t = level_a / r_t, r_t in [r_lo, r_hi)
+    level = x / bucket_mass
+    under = level <= r_lo * (1.0 - CERTIFICATE_MARGIN)  # x_t <= q_t for every token
+    over = level >= r_hi * (1.0 + CERTIFICATE_MARGIN)  # x_t >= q_t for every token
+    not_under, not_over = np.flatnonzero(~under), np.flatnonzero(~over)
+    atom_of_bucket = np.full(nb, -1, dtype=np.int64)
+    atom_of_bucket[occupied] = np.arange(occupied.size)
+    uncertified = None
+    if not_under.size and not_over.size and not_under[0] <= not_over[-1]:
+        # the pieces from the first bucket that may be under-served to the last that may
+        # be over-served: split into tokens, solved as one segment (tight at both ends)
+        j0 = int(np.searchsorted(blocks, not_under[0], side="right")) - 1
+        j1 = int(np.searchsorted(blocks, not_over[-1], side="right")) - 1
+        a0, a1 = int(blocks[j0]), int(blocks[j1 + 1])
+        b0, b1 = int(occupied[a0]), int(occupied[a1 - 1])
+        inside = np.flatnonzero(desc == b0 if b0 == b1 else (desc >= b0) & (desc <= b1))
+        uncertified = (j0, j1, a0, a1, inside, b0, b1)
+    return bucket_mass, x, blocks, top, desc, atom_of_bucket, uncertified
+
+
+def _split_segment(targets, masses, k, start, bits):
+    """Solve the tokens of a split segment: finer buckets while they help, else exactly.
+
+    The segment is tight at both ends, so it is a problem of its own on the keys from
+    ``start``. Its tokens are bucketed again with 6 more bits per level while the segment
+    is large and the finer buckets certify some of it; the rest is sorted and solved with
+    every token its own atom.
+
+    Returns:
+        ``(masses, x, blocks, top, local, n_buckets)``: the segment's atoms, the atom of
+        each of its tokens (in input order) and how many atoms are buckets.
+    """
+    n = masses.size
+    level = None
+    if n > SORT_BELOW and bits <= MAX_BUCKET_BITS:
+        level = _bucket_level(targets, masses, k, start, bits, most=2 * n + 1024)
+    if level is not None:
+        a_masses, x, blocks, top, desc, atom_of_bucket, uncertified = level
+        if uncertified is None:
+            return a_masses, x, blocks, top, atom_of_bucket[desc], a_masses.size
+        j0, j1, a0, a1, inside, _, _ = uncertified
+        # if finer buckets certify nothing, more bits will not help (x = q on the whole
+        # segment, typically an optimum of 1): sort instead
+        if inside.size < n:
+            sub = _split_segment(targets[inside], masses[inside], k, float(top[a0]), bits + BUCKET_BITS)
+            n_buckets = a_masses.size - (a1 - a0) + sub[5]
+            a_masses, x, blocks, top = _splice(a_masses, x, blocks, top, j0, j1, a0, a1, sub[:4])
+            atom_of_bucket[atom_of_bucket >= a1] += sub[0].size - (a1 - a0)
+            local = atom_of_bucket[desc]
+            local[inside] = a0 + sub[4]
+            return a_masses, x, blocks, top, local, n_buckets
+    order = _argsort_positive(np.divide(targets, masses))[::-1]
+    x, blocks, top = _lex_pieces(masses[order], targets[order], k, start)
+    local = np.empty(n, dtype=np.int64)
+    local[order] = np.arange(n)
+    return masses[order], x, blocks, top, local, 0
+
+
+def _splice(masses, x, blocks, top, j0, j1, a0, a1, sub):
+    """Replace atoms ``a0..a1-1`` (pieces ``j0..j1``) by a solved segment ``sub``."""
+    s_masses, s_x, s_blocks, s_top = sub
+    n_sub = s_masses.size
+    masses = np.concatenate([masses[:a0], s_masses, masses[a1:]])
+    x = np.concatenate([x[:a0], s_x, x[a1:]])
+    top = np.concatenate([top[:a0], s_top[:-1], top[a1:]])
+    blocks = np.concatenate([blocks[: j0 + 1], a0 + s_blocks[1:-1], blocks[j1 + 1 :] - (a1 - a0) + n_sub])
+    return masses, x, blocks, top
 
 
 class OptimalSelection(SelectionScheme):
@@ -965,7 +1061,6 @@ class OptimalSelection(SelectionScheme):
         self.atoms = built if built is not None else _Atoms.tokens(p, q, k)
         self.blocks, self.top = self.atoms.blocks, self.atoms.top
         self._pieces: dict[int, _Piece] = {}
-        self._level = None  # x_a / P_a per atom, built when needed
         # tokens drafted but never in the target come last, each its own interval
         # (their x does not matter: min(q, x) = 0 and the residual is 0 there)
         self.rest = np.flatnonzero((p > 0) & (q == 0)) if not q.all() else np.zeros(0, dtype=np.int64)
@@ -978,7 +1073,7 @@ class OptimalSelection(SelectionScheme):
     @property
     def rank(self) -> np.ndarray:
         """``(V,)`` the atom of each token (-1 where ``p = 0`` or ``q = 0``)."""
-        return self.atoms._ranks()
+        return self.atoms.ranks()
 
     @property
     def order(self) -> np.ndarray:
@@ -991,13 +1086,7 @@ class OptimalSelection(SelectionScheme):
     def induced(self) -> np.ndarray:
         """``(V,)`` the induced distribution ``x = p_I`` of the selection step."""
         if self._induced_cache is None:
-            if hasattr(self.atoms, "order"):  # single tokens: x itself
-                induced = np.zeros(self.vocab_size)
-                induced[self.atoms.order] = self.atoms.x
-            else:  # x_t = p_t x_a / P_a; unranked tokens read a level of 0
-                rank = self.rank
-                levels = np.append(self._levels(), 0.0)
-                induced = np.multiply(self.draft, levels[rank])
+            induced = self.atoms.token_x()
             if self.rest.size:
                 g = 1.0 - (1.0 - np.minimum(self.rest_top, 1.0)) ** self.num_drafts
                 induced[self.rest] = np.diff(g)
@@ -1009,11 +1098,6 @@ class OptimalSelection(SelectionScheme):
         if self._residual_cache is None:
             self._residual_cache = residual_and_mass(self.target, self.induced)[0]
         return self._residual_cache
-
-    def _levels(self) -> np.ndarray:
-        if self._level is None:
-            self._level = self.atoms.x / self.atoms.masses
-        return self._level
 
     def _x_of(self, token: int) -> float:
         """``x`` of one token without building the V-long ``induced``."""

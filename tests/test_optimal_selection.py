@@ -362,6 +362,17 @@ def test_buckets_lossless_by_enumeration_and_optimal(k):
         shared += rule.atoms.masses.size < ranked.sum()
         split += rule.atoms.token_atoms > 0
     assert shared >= 10 and split >= 5, (shared, split)
+    # nothing to bucket (disjoint supports): the token atoms take over
+    rule = OptimalSelection(draft=[1.0, 0.0], target=[0.0, 1.0], num_drafts=k, atoms="buckets")
+    assert rule.atoms.bucket_atoms == 0
+    law, accept = output_distribution(rule)
+    np.testing.assert_allclose(law, [0.0, 1.0], atol=1e-12)
+    assert accept == 0.0
+    # q/p overflows to inf (a denormal draft probability): so do the token atoms
+    with np.errstate(over="ignore"):
+        rule = OptimalSelection(draft=[1.0, 1e-320], target=[0.5, 0.5], num_drafts=k, atoms="buckets")
+        assert rule.atoms.bucket_atoms == 0
+        assert rule.acceptance() == pytest.approx(0.5, abs=1e-12)
 
 
 def test_buckets_alone_are_lossless_but_the_certificate_restores_the_optimum(monkeypatch):
@@ -409,5 +420,34 @@ def test_buckets_at_full_vocabulary_need_few_tokens_sorted(k):
         assert rule.atoms.bucket_atoms > 0 and rule.atoms.token_atoms < 500
         best = optimal_acceptance(draft=draft, target=target, num_drafts=k)
         assert rule.acceptance() == pytest.approx(best, abs=1e-9)
+        tokens = np.unique(np.random.default_rng(k).choice(draft.size, size=30, p=draft))
+        assert_key_laws_tile(rule, k, tokens, atol=1e-14)
+
+
+def test_split_segments_are_bucketed_again_and_stay_exact(monkeypatch):
+    # A split segment is bucketed again with 6 more bits per level while that certifies
+    # some of it. Forcing that on small cases (no segment is too small to re-bucket) must
+    # keep the exact law and the optimum; at full vocabulary, pairs whose first split is
+    # large (an optimum close to, but below, 1) come out as finer buckets, not a sort.
+    from mspec.bench import lm_like_pair
+
+    monkeypatch.setattr(optimal_selection, "SORT_BELOW", 0)
+    rng = np.random.default_rng(17)
+    for trial in range(30):
+        draft, target = bucket_case(rng, vocab=6, groups=2)
+        k = 2 + trial % 3
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k, atoms="buckets")
+        law, accept = output_distribution(rule)
+        np.testing.assert_allclose(law, target, atol=1e-12)
+        assert accept == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=k), abs=1e-12)
+    monkeypatch.undo()
+    for seed, temperature, k in [(1, 0.8, 8), (0, 1.0, 4)]:
+        draft, target = lm_like_pair(50272, seed=seed, draft_temperature=temperature)
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
+        first = optimal_selection._bucket_level(target, draft, k, 0.0, optimal_selection.BUCKET_BITS)
+        assert first[-1][4].size > 20_000  # the first split covers much of the vocabulary ...
+        assert rule.atoms.token_atoms < 100 and rule.atoms.bucket_atoms > 10_000  # ... finer buckets take it
+        assert rule.acceptance() == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=k),
+                                                  abs=1e-9)
         tokens = np.unique(np.random.default_rng(k).choice(draft.size, size=30, p=draft))
         assert_key_laws_tile(rule, k, tokens, atol=1e-14)

@@ -37,8 +37,9 @@ def step_timer(name, draft, target, k, rng, *, params=None):
     return step
 
 
-def interleaved_medians(functions: dict, *, repeats: int, chunk: int = 10) -> dict:
-    """Median seconds per call of each function, timed in interleaved chunks.
+def interleaved_times(functions: dict, *, repeats: int, chunk: int = 10) -> dict:
+    """Seconds of each call of each function (``repeats`` calls each), timed in
+    interleaved chunks.
 
     Alternating short chunks of calls spreads any drift of the machine's speed (other
     processes, frequency scaling) evenly over all functions, so their ratios are fair.
@@ -52,6 +53,13 @@ def interleaved_medians(functions: dict, *, repeats: int, chunk: int = 10) -> di
                 start = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - start)
+    return times
+
+
+def interleaved_medians(functions: dict, *, repeats: int, chunk: int = 10) -> dict:
+    """Median seconds per call of each function, timed in interleaved chunks
+    (:func:`interleaved_times`)."""
+    times = interleaved_times(functions, repeats=repeats, chunk=chunk)
     return {name: float(np.median(t)) for name, t in times.items()}
 
 
