@@ -451,3 +451,29 @@ def test_split_segments_are_bucketed_again_and_stay_exact(monkeypatch):
                                                   abs=1e-9)
         tokens = np.unique(np.random.default_rng(k).choice(draft.size, size=30, p=draft))
         assert_key_laws_tile(rule, k, tokens, atol=1e-14)
+
+
+def test_buckets_reach_the_optimum_on_random_lm_shaped_pairs():
+    # A sweep over draft temperatures, K and seeds at V = 5000 (buckets from V = 4096):
+    # the acceptance is the closed form, x passes the polytope's prefix test, and x <= q
+    # up to a tight point in q/p order, x >= q after it (the certificate).
+    from mspec.bench import lm_like_pair
+
+    rng = np.random.default_rng(23)
+    for trial in range(30):
+        temperature, k = float(rng.uniform(0.5, 3.0)), int(rng.integers(2, 9))
+        draft, target = lm_like_pair(5000, seed=trial, draft_temperature=temperature)
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
+        assert rule.atoms.bucket_atoms > 0 or rule.acceptance() > 1 - 1e-9  # (only an optimum of 1 sorts all)
+        assert rule.acceptance() == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=k),
+                                                  abs=1e-9)
+        x = rule.induced
+        order = np.argsort(-(x / draft), kind="stable")  # the polytope's prefix test
+        f = 1 - (1 - np.minimum(np.cumsum(draft[order]), 1)) ** k
+        assert np.all(np.cumsum(x[order]) <= f + 1e-12) and x.sum() == pytest.approx(1.0, abs=1e-12)
+        by_ratio = np.argsort(-(target / draft), kind="stable")
+        xs, qs = x[by_ratio], target[by_ratio]
+        over = np.flatnonzero(xs > qs * (1 + 1e-9))
+        m = over[0] if over.size else xs.size
+        assert np.all(xs[m:] >= qs[m:] * (1 - 1e-9))
+        assert xs[:m].sum() == pytest.approx(1 - (1 - draft[by_ratio][:m].sum()) ** k, abs=1e-12)
