@@ -140,7 +140,7 @@ def test_paired_rounds(tmp_path, capsys):
     assert rounds.run(parse(rounds, argv), on_row=computed.append) == 0
     out = capsys.readouterr().out
     assert "Paired block efficiency" in out
-    assert len(computed) == 1 + 2 * len(decoding.SCHEMES)  # 1 prompt x 1 seed
+    assert len(computed) == 1 + 2 * len(rounds.ROUND_SCHEMES)  # 1 prompt x 1 seed
     by = {(r["method"], r["num_drafts"]): r["per_round"] for r in computed}
     lengths = {len(v) for v in by.values()}
     assert len(lengths) == 1 and lengths.pop() >= 1  # the same rounds for every method
@@ -148,7 +148,8 @@ def test_paired_rounds(tmp_path, capsys):
     again = []
     assert rounds.run(parse(rounds, argv), on_row=again.append) == 0 and again == []
     stats = json.loads((tmp_path / "rounds.json").read_text())["stats"]
-    assert set(stats["optimal_minus"]) == {f"{s} K={k}" for s in decoding.SCHEMES if s != "optimal" for k in (2, 3)}
+    assert set(stats["optimal_minus"]) == {f"{s} K={k}" for s in rounds.ROUND_SCHEMES if s != "optimal" for k in (2, 3)}
+    assert "optimal-tokens" in rounds.ROUND_SCHEMES
 
 
 def test_result_table_resume_and_budget(tmp_path):

@@ -30,6 +30,12 @@ from .results import ResultTable, RowBudget, mean_se
 CONFIG_FIELDS = ["preset", "dataset", "prompt", "seed", "reference", "method", "num_drafts", "draft_length",
                  "draft_temperature", "target_temperature", "max_new_tokens"]
 VALUE_FIELDS = ["rounds", "per_round"]
+#: variants scored on the same rounds besides the registry schemes: name -> (scheme, params).
+#: "optimal-tokens" is the optimal scheme with every token its own atom (the lexicographic
+#: x); "optimal" (atoms="auto") uses ratio buckets at these vocabularies: both attain the
+#: optimal acceptance, with different x
+VARIANTS = {"optimal-tokens": ("optimal", {"atoms": "tokens"})}
+ROUND_SCHEMES = SCHEMES + tuple(VARIANTS)
 
 
 def add_arguments(parser) -> None:
@@ -62,7 +68,7 @@ def settings_of(args) -> dict:
 
 def methods(drafts_k) -> list[tuple[str, int]]:
     """``(scheme, K)`` evaluated on every round: the single-draft baseline, then every scheme."""
-    return [("single", 1)] + [(s, k) for k in drafts_k for s in SCHEMES]
+    return [("single", 1)] + [(s, k) for k in drafts_k for s in ROUND_SCHEMES]
 
 
 def expected_per_round(pair, prompt, seed: int, args, s: dict) -> dict[tuple[str, int], list[float]]:
@@ -75,10 +81,11 @@ def expected_per_round(pair, prompt, seed: int, args, s: dict) -> dict[tuple[str
     out: dict[tuple[str, int], list[float]] = {m: [] for m in methods(s["drafts_k"])}
 
     def on_round(drafted, draft_probs, target_probs):
-        for scheme, k in out:
-            out[scheme, k].append(expected_round_tokens(
+        for method, k in out:
+            scheme, params = VARIANTS.get(method, (method, None))
+            out[method, k].append(expected_round_tokens(
                 drafted[:k], draft_probs[:k], target_probs[:k], scheme=scheme, draft_temperatures=[temp] * k,
-                eos_token_id=pair.eos_token_id))
+                scheme_params=params, eos_token_id=pair.eos_token_id))
 
     gen = torch.Generator().manual_seed(common.derived_seed(seed, prompt.tag))
     speculative_generate(list(prompt.ids), draft_model=pair.draft_model, target_model=pair.target_model,
@@ -136,7 +143,7 @@ def summarize(summary: dict) -> dict:
         stats["block_efficiency"][f"{scheme} K={k}"] = {"mean": mean, "se": se, "rounds": n}
     for k in s["drafts_k"]:
         opt = by.get(("optimal", k), {})
-        for scheme in SCHEMES:
+        for scheme in ROUND_SCHEMES:
             if scheme == "optimal":
                 continue
             other = by.get((scheme, k), {})
@@ -159,7 +166,7 @@ def report_rounds(summary: dict) -> dict:
           f"T = {summary['args']['draft_temperature']:g}, driven by {summary['args']['reference']!r}")
     body = []
     for k in s["drafts_k"]:
-        for scheme in SCHEMES:
+        for scheme in ROUND_SCHEMES:
             be = stats["block_efficiency"][f"{scheme} K={k}"]
             row = [scheme, str(k), common.fmt(be["mean"], be["se"], 3), str(be["rounds"])]
             if scheme == "optimal":
@@ -176,7 +183,9 @@ def report_rounds(summary: dict) -> dict:
                        [f"ours = {summary['label']}",
                         "optimal - this: mean ± s.e. over reference generations of the paired per-round "
                         "difference; the selection randomness is averaged out exactly "
-                        "(mspec.decoding.expected_round_tokens)"])
+                        "(mspec.decoding.expected_round_tokens)",
+                        "optimal = ratio buckets as atoms (the default at this vocabulary); optimal-tokens = every "
+                        "token its own atom (the lexicographic x): the same acceptance, a different x"])
     out = Path(summary["args"]["out"])
     common.write_json(out / "rounds.json", {"model_pair": summary["pair"], "label": summary["label"],
                                             "settings": s, "stats": stats})
