@@ -437,7 +437,7 @@ class _Selector:
 
 
 def expected_round_tokens(drafted, draft_probs, target_probs, *, scheme: str, draft_temperatures,
-                          scheme_params: dict | None = None, eos_token_id=None) -> float:
+                          scheme_params: dict | None = None, eos_token_id=None, control: bool = False):
     """Expected number of tokens one round emits, given its drafts, for ``scheme``.
 
     The round's selection randomness is averaged out exactly: at position ``j`` with alive
@@ -453,6 +453,21 @@ def expected_round_tokens(drafted, draft_probs, target_probs, *, scheme: str, dr
     sampling (``max_new_tokens`` truncation aside). One alive draft: single-draft sampling,
     as in :func:`speculative_generate`.
 
+    With ``control=True`` it also returns a *control variate* with mean zero over the drafts,
+    one entry per position ``j``:
+
+        Z_j = sum over the trie's nodes at position j of  r(node) (a(node) - alpha(node)),
+
+    where ``r`` is the probability that the selection reaches the node (the product of the
+    ``P(y | A)`` above it), ``a`` the scheme's acceptance given the node's drafted tokens
+    (:meth:`~mspec.selection.SelectionScheme.conditional`) and ``alpha`` its acceptance
+    averaged over them (:meth:`~mspec.selection.SelectionScheme.acceptance`). Given all
+    earlier positions, the alive drafts' tokens at ``j`` are fresh draws from the node's
+    draft distribution, so ``E[a] = alpha`` there and ``E[Z_j] = 0``. Most of a round's
+    randomness is whether its drafted tokens are accepted; subtracting ``b . Z`` (``b``
+    fitted over many rounds) removes it from block-efficiency estimates
+    (``python -m mspec.bench rounds``).
+
     Args:
         drafted: ``(K, L)`` drafted token ids.
         draft_probs: ``(K, L, V)`` draft distributions (row ``i`` at ``draft_temperatures[i]``).
@@ -463,7 +478,8 @@ def expected_round_tokens(drafted, draft_probs, target_probs, *, scheme: str, dr
         eos_token_id: end-of-sequence id(s), as for :func:`speculative_generate`.
 
     Returns:
-        The expected number of emitted tokens, in ``[1, L + 1]``.
+        The expected number of emitted tokens, in ``[1, L + 1]``; with ``control=True`` the
+        pair ``(expected, Z)``, ``Z`` of shape ``(L,)``.
     """
     from . import registry
 
@@ -481,7 +497,9 @@ def expected_round_tokens(drafted, draft_probs, target_probs, *, scheme: str, dr
     params = dict(scheme_params or {})
     eos = _check_eos(eos_token_id)
 
-    def value(j: int, alive: list[int]) -> float:
+    z = np.zeros(big_l)
+
+    def value(j: int, alive: list[int], reach: float) -> float:
         if j == big_l:
             return 1.0
         tokens = drafted[alive, j]
@@ -492,14 +510,18 @@ def expected_round_tokens(drafted, draft_probs, target_probs, *, scheme: str, dr
             same = len({temps[i] for i in alive}) == 1
             p_j = draft_probs[alive[0], j] if same else draft_probs[alive, j]
             rule = registry.make_scheme(scheme, draft=p_j, target=q_j, num_drafts=len(alive), **params)
-        dist, _ = rule.conditional(tokens)
+        dist, accept = rule.conditional(tokens)
+        if control:
+            z[j] += reach * (accept - rule.acceptance())
         total = 1.0
         for y in np.unique(tokens):
             if int(y) not in eos:
-                total += float(dist[y]) * value(j + 1, [i for i in alive if drafted[i, j] == y])
+                total += float(dist[y]) * value(j + 1, [i for i in alive if drafted[i, j] == y],
+                                                reach * float(dist[y]))
         return total
 
-    return value(0, list(range(k)))
+    expected = value(0, list(range(k)), 1.0)
+    return (expected, z) if control else expected
 
 
 def autoregressive_generate(

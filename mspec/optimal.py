@@ -58,7 +58,8 @@ class OptimalPlan(NamedTuple):
     """Solution of the full optimal-transport LP.
 
     Attributes:
-        value: optimal acceptance ``P*(acc)`` (recomputed from ``plan``).
+        value: optimal acceptance ``P*(acc)`` (recomputed from ``plan``), or the optimum of the
+            ``worth`` objective when one is given.
         plan: ``(N, V)``; row ``n`` is ``pi(. | tuples[n])``.
         tuples: ``(N, K)`` int; the draft tuples with ``P(t) > 0``.
         tuple_probs: ``(N,)``; ``P(t)`` for each tuple.
@@ -113,24 +114,41 @@ def run_linprog(c, *, tight: bool = True, **kwargs):
     return res
 
 
-def solve_optimal_lp(*, draft, target, num_drafts=None, max_variables: int = MAX_LP_VARIABLES) -> OptimalPlan:
+def solve_optimal_lp(*, draft, target, num_drafts=None, max_variables: int = MAX_LP_VARIABLES,
+                     worth=None) -> OptimalPlan:
     """Solve the full optimal-transport LP (see the module docstring).
+
+    With ``worth`` the objective values an output by what it is worth to the rest of the
+    block, not by acceptance alone (a deviation from the paper's LP, for teaching: chapter 8
+    uses it to show that no single rule is best for every continuation)::
+
+        maximise  sum_t P(t) sum_{y in t} pi(y | t) worth[y, m_y(t) - 1]
+
+    where ``m_y(t)`` is the number of drafts in ``t`` that hold ``y`` (the drafts that
+    survive when ``y`` is output). ``worth = 1`` everywhere is the acceptance LP.
 
     Args:
         draft: ``(V,)`` with ``num_drafts=K`` or ``(K, V)``.
         target: ``(V,)``.
         num_drafts: K.
         max_variables: refuse problems with more than this many variables (``V^K * V``).
+        worth: optional ``(V, K)`` finite array, see above.
 
     Returns:
-        :class:`OptimalPlan`.
+        :class:`OptimalPlan`; its ``value`` is the optimum of the objective (the acceptance
+        when ``worth`` is None).
 
     Raises:
-        ValueError: the LP is too big.
+        ValueError: the LP is too big, or ``worth`` has the wrong shape or non-finite entries.
         LPSolveError: HiGHS failed.
     """
     draft, target, k = check_draft_target(draft, target, num_drafts)
     vocab = target.shape[0]
+    if worth is not None:
+        worth = np.asarray(worth, dtype=np.float64)
+        if worth.shape != (vocab, k) or not np.all(np.isfinite(worth)):
+            raise ValueError(f"worth must be a finite (V, K) = ({vocab}, {k}) array (row y, column m - 1: the "
+                             f"worth of outputting y when m drafts hold it); got shape {worth.shape}")
     check_lp_size(vocab**k * vocab, max_variables, "full optimal-transport LP")
     tuples, probs = draft_tuples(draft, k)
     n = tuples.shape[0]
@@ -141,11 +159,16 @@ def solve_optimal_lp(*, draft, target, num_drafts=None, max_variables: int = MAX
     # drop the last column-sum row: implied by the others, and a float mismatch between
     # sum P(t) and sum q would make the LP infeasible
     a_eq, b_eq = a_eq[: n + vocab - 1], b_eq[: n + vocab - 1]
-    member = _membership(tuples, vocab)
-    res = run_linprog(-member.ravel().astype(np.float64), A_eq=a_eq, b_eq=b_eq, bounds=(0, None))
+    gain = _membership(tuples, vocab).astype(np.float64)
+    if worth is not None:
+        counts = np.zeros((n, vocab), dtype=np.int64)  # m_y(t): drafts of tuple t holding y
+        for col in tuples.T:
+            counts[np.arange(n), col] += 1
+        gain = np.where(counts > 0, worth[np.arange(vocab)[None, :], np.maximum(counts, 1) - 1], 0.0)
+    res = run_linprog(-gain.ravel(), A_eq=a_eq, b_eq=b_eq, bounds=(0, None))
     joint = np.maximum(res.x.reshape(n, vocab), 0.0)
     plan = joint / joint.sum(axis=1, keepdims=True)
-    value = float(probs @ (plan * member).sum(axis=1))
+    value = float(probs @ (plan * gain).sum(axis=1))
     return OptimalPlan(value, plan, tuples, probs)
 
 

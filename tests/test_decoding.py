@@ -175,6 +175,52 @@ def test_expected_round_tokens(models):
                                        draft_temperatures=1.6)
 
 
+def _toy_tree_model(vocab, temperature):
+    """Prefix-dependent draft and target distributions over ``vocab`` tokens: both logits are
+    a fixed function of the prefix, the draft's noisier and at ``temperature``."""
+    def dists(prefix):
+        rng = np.random.default_rng([25, *prefix])  # 25: the root is far from easy (P* < 0.9)
+        logits = rng.normal(size=vocab) * 2.0
+        q = np.exp(logits - logits.max())
+        p = np.exp((logits + rng.normal(size=vocab) - logits.max()) / temperature)
+        return p / p.sum(), q / q.sum()
+    return dists
+
+
+@pytest.mark.parametrize("scheme, k, eos", [("optimal", 3, None), ("spectr", 2, None), ("specinfer", 3, 2),
+                                           ("is", 2, None)])
+def test_expected_round_tokens_control_has_mean_zero(scheme, k, eos):
+    """Z_j (reach-weighted acceptance given the drafts minus its mean) averages to exactly 0
+    over every draft tree, enumerated with its probability (V = 3, L = 2); it is not 0 on
+    single trees, so it can absorb noise, and the round's expected tokens come back unchanged."""
+    import itertools
+
+    vocab, big_l, temp = 3, 2, 1.6
+    dists = _toy_tree_model(vocab, temp)
+    mean_z, mean_sq, mean_e = np.zeros(big_l), np.zeros(big_l), 0.0
+    for flat in itertools.product(range(vocab), repeat=k * big_l):
+        drafted = np.array(flat).reshape(k, big_l)
+        draft_probs, target_probs, weight = np.zeros((k, big_l, vocab)), np.zeros((k, big_l + 1, vocab)), 1.0
+        for i in range(k):
+            for j in range(big_l + 1):
+                p, q = dists(tuple(drafted[i, :j]))
+                target_probs[i, j] = q
+                if j < big_l:
+                    draft_probs[i, j] = p
+                    weight *= p[drafted[i, j]]
+        e, z = decoding.expected_round_tokens(drafted, draft_probs, target_probs, scheme=scheme,
+                                              draft_temperatures=temp, eos_token_id=eos, control=True)
+        assert e == decoding.expected_round_tokens(drafted, draft_probs, target_probs, scheme=scheme,
+                                                   draft_temperatures=temp, eos_token_id=eos)
+        assert z.shape == (big_l,)
+        mean_z += weight * z
+        mean_sq += weight * z ** 2
+        mean_e += weight * e
+    np.testing.assert_allclose(mean_z, 0.0, atol=1e-12)
+    assert np.all(mean_sq > 1e-4)
+    assert 1.0 < mean_e < big_l + 1
+
+
 def test_seeded_runs_repeat(models):
     draft_model, target_model = models
     kwargs = dict(draft_model=draft_model, target_model=target_model, num_drafts=2,

@@ -145,11 +145,34 @@ def test_paired_rounds(tmp_path, capsys):
     lengths = {len(v) for v in by.values()}
     assert len(lengths) == 1 and lengths.pop() >= 1  # the same rounds for every method
     assert all(1.0 <= x <= 4.0 for v in by.values() for x in v)
+    assert all(np.shape(r["control"]) == (len(r["per_round"]), 3) for r in computed)  # L = 3 controls per round
+    assert "optimal significantly behind:" in out
     again = []
     assert rounds.run(parse(rounds, argv), on_row=again.append) == 0 and again == []
     stats = json.loads((tmp_path / "rounds.json").read_text())["stats"]
     assert set(stats["optimal_minus"]) == {f"{s} K={k}" for s in rounds.ROUND_SCHEMES if s != "optimal" for k in (2, 3)}
     assert "optimal-tokens" in rounds.ROUND_SCHEMES
+
+
+def test_rounds_estimators():
+    """Clustered standard errors reduce to the plain ones for one round per generation and grow
+    when rounds of a generation move together; the control fit keeps the mean and removes the
+    noise it explains; the verdict needs two standard errors."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=400)
+    mean, se = rounds.cluster_mean_se(x, np.arange(400))
+    assert mean == pytest.approx(x.mean()) and se == pytest.approx(x.std(ddof=1) / 20)
+    shared = np.repeat(rng.normal(size=40), 10)  # 40 generations of 10 rounds with a common shift
+    assert rounds.cluster_mean_se(shared + 0.1 * x, np.repeat(np.arange(40), 10))[1] > 2 * (shared + 0.1 * x).std() / 20
+    z = rng.normal(size=(400, 2))
+    values = 3.0 + z @ np.array([1.0, -2.0]) + 0.1 * x
+    adjusted = rounds.control_adjusted(values, z)
+    assert abs(adjusted.mean() - 3.0) < 0.05 and adjusted.std() < 0.2 < values.std()
+    assert rounds.control_adjusted(values, np.zeros((400, 2))) is values
+    short = values[:19]  # too few rounds to fit 2 coefficients: unadjusted
+    np.testing.assert_array_equal(rounds.control_adjusted(short, z[:19]), short)
+    assert not np.array_equal(rounds.control_adjusted(values[:20], z[:20]), values[:20])
+    assert [rounds.comparison_verdict(m, 0.1) for m in (0.3, 0.1, -0.1, -0.3)] == ["ahead", "level", "level", "BEHIND"]
 
 
 def test_result_table_resume_and_budget(tmp_path):

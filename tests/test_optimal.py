@@ -137,3 +137,33 @@ def test_lossless_hypothesis(case):
     rule = OptimalLP(draft=draft, target=target, num_drafts=k)
     assert_exact_law(rule, target, atol=LP_TOL)
     assert rule.acceptance() == pytest.approx(brute_force_acceptance(draft=draft, target=target, num_drafts=k), abs=LP_TOL)
+
+
+def test_worth_objective():
+    """worth = 1 is the acceptance LP; a worth that favours one token is a different LP whose
+    plan is still lossless; two continuations that favour different tokens of the same tight
+    piece cannot both be served best by one plan (the numbers are worked out by hand)."""
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        p, q = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
+        plain = solve_optimal_lp(draft=p, target=q, num_drafts=2)
+        ones = solve_optimal_lp(draft=p, target=q, num_drafts=2, worth=np.ones((4, 2)))
+        assert ones.value == pytest.approx(plain.value, abs=1e-9)
+        assert ones.value == pytest.approx(mspec.optimal_acceptance(draft=p, target=q, num_drafts=2), abs=1e-9)
+    # tokens a, b: p = 1/4, q = 0.45 each (q/p = 1.8); c: p = 1/2, q = 0.1. With K = 2, f({a}) =
+    # 1 - (3/4)^2 = 0.4375 and f({a, b}) = 3/4, so the acceptance 0.85 needs x(a) + x(b) = 3/4
+    p, q = np.array([0.25, 0.25, 0.5]), np.array([0.45, 0.45, 0.1])
+    favour = [np.ones((3, 2)), np.ones((3, 2))]
+    favour[0][0] += 1  # outputting a is worth one token more (its continuation is certain)
+    favour[1][1] += 1  # the same for b
+    best = [solve_optimal_lp(draft=p, target=q, num_drafts=2, worth=w) for w in favour]
+    for plan in best:
+        assert plan.value == pytest.approx(0.85 + 0.4375, abs=1e-8)  # the favoured token gets all of f({.})
+        np.testing.assert_allclose(plan.tuple_probs @ plan.plan, q, atol=1e-8)  # still lossless
+    both = solve_optimal_lp(draft=p, target=q, num_drafts=2, worth=(favour[0] + favour[1]) / 2)
+    assert both.value == pytest.approx(0.85 + 0.75 / 2, abs=1e-8)
+    assert both.value < (best[0].value + best[1].value) / 2 - 0.06  # no plan is best for both
+    with pytest.raises(ValueError, match="worth must be a finite"):
+        solve_optimal_lp(draft=p, target=q, num_drafts=2, worth=np.ones((3, 3)))
+    with pytest.raises(ValueError, match="worth must be a finite"):
+        solve_optimal_lp(draft=p, target=q, num_drafts=2, worth=np.full((3, 2), np.nan))
