@@ -70,8 +70,21 @@ pieces from the first bucket that is not "under" to the last that is not "over" 
 into tokens, sorted, and solved exactly as one segment of key space (tight at both ends),
 which makes the certificate hold by construction. A large segment is bucketed again with
 6 more bits per level (the same argument inside the segment) while that certifies some of
-it; the rest is sorted. Only an optimum of 1 (``x = q`` on one huge piece) ends in a full
-sort. The ``x`` is a different optimal one from fact 1's; ``atoms="tokens"`` gives that one.
+it; the rest is sorted. An optimum of 1 (``x = q`` on one huge piece) would end in a full sort; fact 6 avoids it.
+The ``x`` is a different optimal one from fact 1's; ``atoms="tokens"`` gives that one.
+
+**6. An optimum of 1 without a sort: tokens spread inside their bucket.** When ``x = q``
+is feasible (certified from the buckets alone: every prefix in ``q/p`` order has
+``q(C) <= f(C)``, checked at the bucket ends and at the worst point inside each bucket
+that its ratio range allows), the whole vocabulary is one piece of mean density ``g = 1``.
+Build its slots and pool with the *buckets* as units (fact 4, ``x_a = Q_a``). Inside
+bucket ``a`` token ``t`` takes the fraction ``l_t / own_a`` of the bucket's own (slot)
+part and the rest of its length, ``p_t - l_t``, in the pool, with
+``l_t = p_t (b_t - g) / (d_a - g)``, ``b_t = q_t / p_t`` and ``d_a`` the mean density of the
+bucket's own part. Then ``sum_t l_t = own_a`` and token ``t``'s ``nu``-mass is
+``l_t d_a + (p_t - l_t) g = p_t b_t = q_t``. It needs ``0 <= l_t <= p_t``: every bucket lies
+on one side of ``g = 1`` (a power of two is a bucket edge), and ``b_t <= d_a`` (front) or
+``b_t >= d_a`` (back), checked with the bucket's ratio range; if any check fails, fact 5.
 
 Exactness: the output law is exactly ``q`` (single-draft speculative sampling from the
 induced ``x``; the key laws realise ``x`` up to float rounding, ~1e-15) and
@@ -118,6 +131,11 @@ BUCKET_MIN_VOCAB = 4096
 BUCKET_BITS = 6
 #: relative margin of the bucket certificate (float rounding of q/p and of x never flips it)
 CERTIFICATE_MARGIN = 1e-12
+#: fact 6 checks at most this many buckets token by token where the bucket bound is too loose
+SPREAD_EXACT_BUCKETS = 4
+#: fact 6 expands buckets into tokens in at most this many rounds, and at most this many tokens
+SPREAD_ROUNDS = 4
+SPREAD_EXPAND_TOKENS = 16384
 #: a split segment of at most this many tokens is sorted rather than bucketed again
 SORT_BELOW = 2048
 #: finest buckets of a split segment (6 more mantissa bits per level)
@@ -807,6 +825,189 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
 
 
 
+class _Spread:
+    """Fact 6: ``x = q`` (an optimum of 1) on one piece whose *units* are ratio buckets, and
+    every token of a bucket spread over the bucket's own part and the pool.
+
+    Token ``t`` of unit ``u`` owns ``l_t = (q_t - g p_t) c_u`` of the unit's own part
+    (``c_u = own_u / (Q_u - g P_u)``, so the ``l_t`` add up to ``own_u``) and puts
+    ``p_t - l_t`` into the pool. A bucket whose own part is not dense (front) or sparse
+    (back) enough for all its tokens -- typically a top bucket that owns all its length --
+    is *expanded*: its tokens become units of their own (sorted; such buckets are few).
+
+    Attributes:
+        piece: the :class:`_PoolPiece` over the units.
+        masses, x: ``(n,)`` ``P_u`` and ``Q_u`` of the units, ``q/p`` descending.
+        top: ``(n + 1,)`` draft mass before each unit.
+        c: ``(n,)`` ``c_u`` above.
+        g: the piece's mean density (1 up to rounding).
+        unit_of_atom: ``(buckets,)`` the unit of each bucket (-1: expanded).
+        expanded: ``{token: unit}`` for the tokens of expanded buckets.
+    """
+
+    def __init__(self, piece, masses, x, top, c, g, unit_of_atom, expanded):
+        self.piece, self.masses, self.x, self.top, self.c, self.g = piece, masses, x, top, c, g
+        self.unit_of_atom, self.expanded = unit_of_atom, expanded
+
+    @classmethod
+    def build(cls, targets, masses, k, bucket_mass, desc, atom_of_bucket, bounds):
+        """The spread rule, or ``None`` when ``x = q`` is not certified feasible or some
+        token would need more than its length (then fact 5 goes on)."""
+        r_lo, r_hi = bounds
+        n = bucket_mass.size
+        atom = atom_of_bucket[desc]  # bucket atom of every token
+        q_a = np.bincount(atom, weights=targets, minlength=n)
+        p_a = bucket_mass
+        # x = q is feasible iff q(C) <= f(C) for every prefix C in q/p order, i.e. for the
+        # rest R = V \ C: q(R) >= p(R)^K. Rests are summed from the tail, so that the tiny
+        # masses there keep their digits.
+        p_rest = np.concatenate([np.cumsum(p_a[::-1])[::-1], [0.0]])  # p of buckets a.. n-1
+        q_rest = np.concatenate([np.cumsum(q_a[::-1])[::-1], [0.0]])
+        c = np.minimum(p_rest, 1.0) ** k  # 1 - f at the bucket ends
+        margin = 1.0 + CERTIFICATE_MARGIN
+        # at the bucket ends (the first is 1 = 1) ...
+        if np.any(q_rest[1:-1] < c[1:-1] * margin):
+            return None
+        # ... and inside bucket a, after draft mass s of it: q(R) >= q_rest[a + 1] +
+        # max(Q_a - r_hi s, r_lo (P_a - s)), a convex bound whose kink is its worst point
+        # against the chord of the convex 1 - f
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kink = np.clip((q_a - r_lo * p_a) / (r_hi - r_lo), 0.0, p_a)
+        bound = q_rest[1:] + np.maximum(q_a - r_hi * kink, r_lo * (p_a - kink))
+        chord = c[:-1] + (c[1:] - c[:-1]) * (kink / p_a)
+        loose = np.flatnonzero(bound < chord * margin)
+        if loose.size > SPREAD_EXACT_BUCKETS:
+            return None
+        tokens_of = {}  # bucket atom -> its tokens, q/p descending (for exact checks and expansion)
+
+        def tokens_in(a):
+            if a not in tokens_of:
+                inside = np.flatnonzero(atom == a)
+                tokens_of[a] = inside[np.argsort(masses[inside] / targets[inside], kind="stable")]
+            return tokens_of[a]
+
+        for a in loose:  # too loose (typically the top bucket): check its tokens exactly
+            inside = tokens_in(a)
+            s = np.cumsum(masses[inside])[:-1]
+            u = np.cumsum(targets[inside])[:-1]
+            if np.any(q_rest[a] - u < np.maximum(p_rest[a] - s, 0.0) ** k * margin):
+                return None
+        expand: list[int] = []
+        for _ in range(SPREAD_ROUNDS):
+            unit_of_atom = np.arange(n)
+            if expand:  # each expanded bucket becomes its tokens, in place
+                extra = np.zeros(n, dtype=np.int64)
+                for a in expand:
+                    extra[a] = tokens_in(a).size - 1
+                unit_of_atom = unit_of_atom + np.concatenate([[0], np.cumsum(extra)[:-1]])
+                cuts = np.sort(expand)
+                parts_p, parts_q, parts_lo, parts_hi, prev = [], [], [], [], 0
+                for a in cuts:
+                    t = tokens_in(a)
+                    ratio = targets[t] / masses[t]
+                    parts_p += [p_a[prev:a], masses[t]]
+                    parts_q += [q_a[prev:a], targets[t]]
+                    parts_lo += [r_lo[prev:a], ratio]
+                    parts_hi += [r_hi[prev:a], ratio]
+                    prev = a + 1
+                u_p = np.concatenate(parts_p + [p_a[prev:]])
+                u_q = np.concatenate(parts_q + [q_a[prev:]])
+                u_lo = np.concatenate(parts_lo + [r_lo[prev:]])
+                u_hi = np.concatenate(parts_hi + [r_hi[prev:]])
+                expanded = {int(t): int(unit_of_atom[a]) + i for a in cuts for i, t in enumerate(tokens_in(a))}
+                unit_of_atom[cuts] = -1
+            else:
+                u_p, u_q, u_lo, u_hi, expanded = p_a, q_a, r_lo, r_hi, {}
+            built = cls._tile(u_p, u_q, u_lo, u_hi, k)
+            if built is None:
+                return None
+            piece, own, gap, g, bad = built
+            if bad.size == 0:
+                top = np.concatenate([[0.0], np.cumsum(u_p)])
+                return cls(piece, u_p, u_q, top, own / gap, g, unit_of_atom, expanded)
+            # expand the buckets whose units do not fit (a token unit always fits)
+            new = [int(a) for a in np.flatnonzero(np.isin(unit_of_atom, bad))]
+            if not new or sum(tokens_in(a).size for a in expand + new) > SPREAD_EXPAND_TOKENS:
+                return None
+            expand += new
+        return None
+
+    @staticmethod
+    def _tile(u_p, u_q, u_lo, u_hi, k):
+        """Slots and pool over the units; ``None``, or ``(piece, own, gap, g, bad)`` with the
+        units whose tokens would not fit (``bad``)."""
+        n = u_p.size
+        piece = _PoolPiece.build(u_p, u_q, 0.0, k)
+        if piece is None or piece.pool_len <= 0.0:
+            return None
+        g = piece.front.g
+        n_front, n_back = piece.front.size, piece.back.size
+        if n_front + n_back != n:
+            return None  # a unit of mean density exactly g owns nothing
+        own = np.zeros(n)
+        for side, units in ((piece.front, np.arange(n_front)), (piece.back, n - 1 - np.arange(n_back))):
+            if side.size:
+                edges = side.edge(np.arange(side.size + 1))
+                width = np.diff(edges)
+                side_own = np.where(width > 0.0, np.minimum(width, side.masses), 0.0)
+                if side.groups:  # members of a group own their share of the group's slot
+                    members = np.fromiter(side.groups, dtype=np.int64, count=len(side.groups))
+                    first, end, group_own = np.array(list(side.groups.values())).T
+                    side_own[members] = np.where(edges[end.astype(np.int64)] > edges[first.astype(np.int64)],
+                                                 group_own, 0.0)
+                own[units] = side_own
+        front = np.arange(n) < n_front
+        gap = u_q - g * u_p  # > 0 in front, < 0 at the back
+        if np.any(own <= 0.0) or np.any(np.where(front, gap <= 0.0, gap >= 0.0)):
+            return None
+        mean = g + gap / own  # d_u, the mean density of unit u's own part
+        # 0 <= l_t <= p_t: every token on its unit's side of g, and b_t <= d_u (front) or
+        # b_t >= d_u (back); the ratios of unit u lie in [u_lo, u_hi]
+        tol = SLOT_TOLERANCE
+        side_ok = np.where(front, u_lo >= g * (1.0 - tol), u_hi <= g * (1.0 + tol))
+        if not np.all(side_ok):
+            return None
+        fits = np.where(front, u_hi <= mean * (1.0 + tol), u_lo >= mean * (1.0 - tol))
+        return piece, own, gap, g, np.flatnonzero(~fits)
+
+    def unit_of(self, token: int, atom: int) -> int:
+        """The unit of ``token`` (of bucket atom ``atom``)."""
+        unit = int(self.unit_of_atom[atom])
+        return unit if unit >= 0 else self.expanded[int(token)]
+
+    def units(self, atom_of_token: np.ndarray) -> np.ndarray:
+        """The unit of every token, from the bucket atom of every token."""
+        out = self.unit_of_atom[atom_of_token]
+        for t, u in self.expanded.items():
+            out[t] = u
+        return out
+
+    def own(self, u: int, mass: float, target: float) -> float:
+        """``l_t``: how much of unit ``u``'s own part a token owns."""
+        return min(max((target - self.g * mass) * float(self.c[u]), 0.0), mass)
+
+    def fragments(self, u: int, mass: float, target: float) -> list[tuple[float, float, float]]:
+        """Key law of one token of unit ``u``: its share of the unit's own part and of the
+        pool, as ``(start, end, weight)``."""
+        piece = self.piece
+        l_t = self.own(u, mass, target)
+        unit_own = piece._slot(u)[2]
+        out = [(s, e, w * l_t / unit_own) for s, e, w in piece.fragments(u, unit_own)] if l_t > 0.0 else []
+        if mass - l_t > 0.0:
+            out.append((piece.start + piece.pool_start, piece.start + piece.pool_start + piece.pool_len,
+                        (mass - l_t) / piece.pool_len))
+        return out
+
+    def sample_key(self, u: int, mass: float, target: float, uniform: float) -> float:
+        """Global key of a draft of a token of unit ``u`` from one uniform number."""
+        piece = self.piece
+        l_t = self.own(u, mass, target)
+        w = uniform * mass
+        if w < l_t:
+            return piece.sample_key(u, piece._slot(u)[2], w / l_t)
+        return float(piece.start + piece.pool_start + (w - l_t) / (mass - l_t) * piece.pool_len)
+
+
 class _Atoms:
     """The atoms of a selection rule, in ``q/p``-descending order, with their pieces.
 
@@ -822,10 +1023,13 @@ class _Atoms:
         top: ``(n + 1,)`` draft mass of the atoms before each atom.
         bucket_atoms: number of atoms that are buckets (0 for :meth:`tokens`).
         token_atoms: number of atoms that are single tokens.
+        spread: ``None``, or the :class:`_Spread` of fact 6 (then ``x = q`` and the tokens
+            of a bucket spread over its own part and the pool in their own proportions).
     """
 
-    def __init__(self, masses, x, blocks, top, atom_of, ranks, token_x, bucket_atoms=0):
+    def __init__(self, masses, x, blocks, top, atom_of, ranks, token_x, bucket_atoms=0, spread=None):
         self.masses, self.x, self.blocks, self.top = masses, x, blocks, top
+        self.spread = spread  # a _Spread (fact 6): tokens of an atom do not share one key law
         # atom_of(t): atom of token t (-1: none); ranks(): all of them, (V,);
         # token_x(): x of every token, (V,) (0 where p = 0 or q = 0)
         self.atom_of, self.ranks, self.token_x = atom_of, ranks, token_x
@@ -858,7 +1062,15 @@ class _Atoms:
         level = _bucket_level(qm, pm, k, 0.0, BUCKET_BITS)
         if level is None:  # q/p overflowed
             return None
-        masses, x, blocks, top, desc, atom_of_bucket, uncertified = level
+        masses, x, blocks, top, desc, atom_of_bucket, uncertified, bounds = level
+        if main is None and uncertified is not None and uncertified[2] == 0 and uncertified[3] == masses.size:
+            spread = _Spread.build(qm, pm, k, masses, desc, atom_of_bucket, bounds)
+            if spread is not None:  # fact 6: an optimum of 1, no sort; the atoms are its units
+                n_units = spread.masses.size
+                return cls(spread.masses, spread.x, np.array([0, n_units]), spread.top,
+                           lambda t: spread.unit_of(t, int(atom_of_bucket[desc[t]])),
+                           lambda: spread.units(atom_of_bucket[desc]), lambda: target.copy(),
+                           bucket_atoms=n_units - len(spread.expanded), spread=spread)
         n_buckets = masses.size
         split_pos = split_atoms = None  # positions (ascending) and atoms of the split tokens
         if uncertified is not None:
@@ -918,10 +1130,10 @@ def _bucket_level(targets, masses, k, start, bits, most=None):
 
     Returns:
         ``None`` if ``q/p`` overflowed (or ``most`` was exceeded), else ``(masses, x, blocks, top, desc,
-        atom_of_bucket, uncertified)``: the bucket atoms (largest ratios first), each
-        token's bucket ``desc``, the atom of each bucket, and ``None`` or ``(j0, j1,
-        a0, a1, inside, b0, b1)``: the pieces ``j0..j1`` (atoms ``a0..a1-1``, buckets
-        ``b0..b1``) to split, with the tokens ``inside`` them.
+        atom_of_bucket, uncertified, (r_lo, r_hi))``: the bucket atoms (largest ratios
+        first), each token's bucket ``desc``, the atom of each bucket, ``None`` or ``(j0,
+        j1, a0, a1, inside, b0, b1)``: the pieces ``j0..j1`` (atoms ``a0..a1-1``, buckets
+        ``b0..b1``) to split, with the tokens ``inside`` them, and each atom's ratio range.
     """
     shift = np.uint64(52 - bits)
     ratio = np.divide(targets, masses)
@@ -956,7 +1168,7 @@ def _bucket_level(targets, masses, k, start, bits, most=None):
         b0, b1 = int(occupied[a0]), int(occupied[a1 - 1])
         inside = np.flatnonzero(desc == b0 if b0 == b1 else (desc >= b0) & (desc <= b1))
         uncertified = (j0, j1, a0, a1, inside, b0, b1)
-    return bucket_mass, x, blocks, top, desc, atom_of_bucket, uncertified
+    return bucket_mass, x, blocks, top, desc, atom_of_bucket, uncertified, (r_lo, r_hi)
 
 
 def _split_segment(targets, masses, k, start, bits):
@@ -976,7 +1188,7 @@ def _split_segment(targets, masses, k, start, bits):
     if n > SORT_BELOW and bits <= MAX_BUCKET_BITS:
         level = _bucket_level(targets, masses, k, start, bits, most=2 * n + 1024)
     if level is not None:
-        a_masses, x, blocks, top, desc, atom_of_bucket, uncertified = level
+        a_masses, x, blocks, top, desc, atom_of_bucket, uncertified, _ = level
         if uncertified is None:
             return a_masses, x, blocks, top, atom_of_bucket[desc], a_masses.size
         j0, j1, a0, a1, inside, _, _ = uncertified
@@ -1061,6 +1273,8 @@ class OptimalSelection(SelectionScheme):
         self.atoms = built if built is not None else _Atoms.tokens(p, q, k)
         self.blocks, self.top = self.atoms.blocks, self.atoms.top
         self._pieces: dict[int, _Piece] = {}
+        if self.atoms.spread is not None:  # fact 6: its one piece is already built
+            self._pieces[0] = self.atoms.spread.piece
         # tokens drafted but never in the target come last, each its own interval
         # (their x does not matter: min(q, x) = 0 and the residual is 0 there)
         self.rest = np.flatnonzero((p > 0) & (q == 0)) if not q.all() else np.zeros(0, dtype=np.int64)
@@ -1103,6 +1317,8 @@ class OptimalSelection(SelectionScheme):
         """``x`` of one token without building the V-long ``induced``."""
         if self._induced_cache is not None:
             return float(self._induced_cache[token])
+        if self.atoms.spread is not None:  # fact 6: x = q
+            return float(self.target[token])
         a = self.atoms.atom_of(token)
         if a >= 0:
             mass = self.atoms.masses[a]
@@ -1135,6 +1351,8 @@ class OptimalSelection(SelectionScheme):
         shared with other tokens). Empty if ``p_t = 0``.
         """
         where = self._locate(token)
+        if where is not None and self.atoms.spread is not None:  # fact 6: the token's own split
+            return self.atoms.spread.fragments(where[2], float(self.draft[token]), float(self.target[token]))
         if where is not None:
             j, i, a = where
             mass = float(self.atoms.masses[a])
@@ -1156,6 +1374,8 @@ class OptimalSelection(SelectionScheme):
 
     def _sample_key(self, token: int, uniform: float) -> float:
         where = self._locate(token)
+        if where is not None and self.atoms.spread is not None:
+            return self.atoms.spread.sample_key(where[2], float(self.draft[token]), float(self.target[token]), uniform)
         if where is not None:
             j, i, a = where
             return self._piece(j).sample_key(i, float(self.atoms.masses[a]), uniform)

@@ -78,3 +78,15 @@ def bucket_case(rng: np.random.Generator, *, vocab: int, groups: int = 3, zeros:
     if zeros and vocab >= 3:
         target[0], draft[1] = 0.0, 0.0
     return draft / draft.sum(), target / target.sum()
+
+
+def optimum_one_case(rng: np.random.Generator, *, vocab: int, groups: int = 3):
+    """A seeded ``(draft, target)`` with ratios ``q/p`` in ``groups`` clusters near 1 (each
+    cluster spread by a factor ``1 + 1e-3``, within one ratio bucket unless it meets a
+    bucket edge), so that with a few drafts the optimum is usually exactly 1 (``x = q`` is
+    feasible): the case of fact 6, tokens spread inside their bucket."""
+    draft = rng.dirichlet(np.full(vocab, 1.0))
+    centres = np.exp(rng.normal(0.0, 0.35, groups))
+    ratio = centres[rng.integers(groups, size=vocab)] * (1.0 + 1e-3 * rng.random(vocab))
+    target = draft * ratio
+    return draft / draft.sum(), target / target.sum()

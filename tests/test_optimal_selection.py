@@ -16,7 +16,7 @@ from mspec import optimal_selection
 from mspec.optimal_selection import OptimalSelection, _argsort_positive, _Piece, _PoolPiece, lex_optimal_induced
 
 from sampling import chi2_pvalue, sample_counts
-from strategies import bucket_case, random_case
+from strategies import bucket_case, optimum_one_case, random_case
 
 
 def nu(intervals, k):
@@ -326,10 +326,12 @@ def test_real_language_model_distributions():
     drafts, targets, _ = acceptance.collect_distributions(pair, prompt.ids, positions=6, draft_temperature=1.5,
                                                           target_temperature=1.0, seed=0)
     rng = np.random.default_rng(0)
+    spread = 0  # positions with an optimum of 1 served without a sort (fact 6)
     for draft, target in zip(np.asarray(drafts, dtype=float), np.asarray(targets, dtype=float)):
         draft, target = draft / draft.sum(), target / target.sum()
         for k in (2, 4, 8):
             rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
+            spread += rule.atoms.spread is not None
             assert rule.acceptance() == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=k),
                                                       abs=1e-9)
             for name in ("spectr", "specinfer", "is"):
@@ -338,15 +340,18 @@ def test_real_language_model_distributions():
             tokens = np.unique(rng.choice(draft.size, size=k, p=draft))
             assert_key_laws_tile(rule, k, tokens, atol=1e-13)
             assert all(rule.realisation(int(t)) == "pool" for t in tokens)
+    assert spread >= 3, spread
 
 
 # --- fact 5: ratio buckets as atoms ------------------------------------------------------
 @pytest.mark.parametrize("k", [2, 3, 4])
-def test_buckets_lossless_by_enumeration_and_optimal(k):
+def test_buckets_lossless_by_enumeration_and_optimal(k, monkeypatch):
     # Ratios in tight clusters, so several tokens share a bucket (one key law, x_t ∝ p_t).
     # Exact law by enumeration, acceptance == the closed form, key laws of the right length
     # and nu-mass tiling [0, 1]; across the cases both kinds of atom occur (buckets of
-    # several tokens, and tokens split out next to x = q).
+    # several tokens, and tokens split out next to x = q). Fact 6 (an optimum of 1) is
+    # switched off here: it has tests of its own below.
+    monkeypatch.setattr(optimal_selection._Spread, "build", classmethod(lambda cls, *args: None))
     rng = np.random.default_rng(40 + k)
     shared = split = 0
     for trial in range(40):
@@ -397,7 +402,9 @@ def test_sample_follows_the_exact_conditional_law():
     # drafted tokens, its output frequencies must still match conditional() (chi-square).
     rng = np.random.default_rng(3)
     draft, target = bucket_case(rng, vocab=6)
-    for atoms in ("tokens", "buckets"):
+    spread = next(c for c in (optimum_one_case(rng, vocab=6) for _ in range(50)) if OptimalSelection(
+        draft=c[0], target=c[1], num_drafts=3, atoms="buckets").atoms.spread is not None)
+    for atoms, (draft, target) in (("tokens", (draft, target)), ("buckets", (draft, target)), ("buckets", spread)):
         rule = OptimalSelection(draft=draft, target=target, num_drafts=3, atoms=atoms)
         for tokens in ([0, 1, 2], [3, 3, 4], [5, 5, 5], [1, 4, 4]):
             law, _ = rule.conditional(tokens)
@@ -406,6 +413,100 @@ def test_sample_follows_the_exact_conditional_law():
                 assert counts[np.argmax(law)] == 4000
             else:
                 assert chi2_pvalue(counts.astype(float), law) > 1e-3, (atoms, tokens)
+
+
+# --- fact 6: an optimum of 1 without a sort -------------------------------------------------
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_spread_lossless_by_enumeration(k):
+    # x = q is feasible (optimum 1): one piece whose units are ratio buckets, every token
+    # spread over its bucket's own part and the pool in its own proportion. Exact law by
+    # enumeration, acceptance 1, x = q, key laws of the right length and nu-mass tiling
+    # [0, 1], with buckets of several tokens.
+    rng = np.random.default_rng(60 + k)
+    used = 0
+    for _ in range(40):
+        draft, target = optimum_one_case(rng, vocab=6 if k < 4 else 5)
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k, atoms="buckets")
+        if rule.atoms.spread is None:
+            assert optimal_acceptance(draft=draft, target=target, num_drafts=k) < 1.0 - 1e-12
+            continue
+        used += 1
+        assert rule.atoms.masses.size < draft.size  # some bucket holds several tokens
+        law, accept = output_distribution(rule)
+        np.testing.assert_allclose(law, target, atol=1e-12)
+        assert accept == pytest.approx(1.0, abs=1e-12)
+        np.testing.assert_array_equal(rule.induced, target)
+        edges, _, off = assert_key_laws_tile(rule, k, range(draft.size))
+        assert off < 1e-13 and edges[-1] == pytest.approx(1.0, abs=1e-13)
+    assert used >= 30, used
+
+
+def test_spread_needs_each_tokens_own_share(monkeypatch):
+    # Control: let the tokens of a bucket share its law in proportion to p (as fact 5's
+    # atoms do) instead of each its own l_t: keys still tile [0, 1], but x != q, and the
+    # output law (which assumes x = q) is no longer q.
+    rng = np.random.default_rng(62)
+    monkeypatch.setattr(optimal_selection._Spread, "own", lambda self, a, mass, target: mass * float(
+        self.piece._slot(a)[2]) / float(self.top[a + 1] - self.top[a]))
+    worst = 0.0
+    for _ in range(20):
+        draft, target = optimum_one_case(rng, vocab=6)
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=3, atoms="buckets")
+        if rule.atoms.spread is not None:
+            worst = max(worst, float(np.abs(output_distribution(rule)[0] - target).max()))
+    assert worst > 1e-5
+
+
+def test_spread_expands_buckets_into_tokens(monkeypatch):
+    # A bucket whose own part is not dense enough for all its tokens is expanded into token
+    # units (sorted). Force it: the first tiling reports every unit of several tokens as
+    # not fitting. The rule must stay exact (enumeration) with some tokens expanded.
+    tile = optimal_selection._Spread._tile
+    calls = []
+
+    def first_says_expand(u_p, u_q, u_lo, u_hi, k):
+        built = tile(u_p, u_q, u_lo, u_hi, k)
+        calls.append(u_p.size)
+        if built is None or len(calls) > 1:
+            return built
+        return (*built[:4], np.flatnonzero(u_lo < u_hi))  # every bucket that is not one ratio
+
+    monkeypatch.setattr(optimal_selection._Spread, "_tile", staticmethod(first_says_expand))
+    rng = np.random.default_rng(64)
+    expanded = 0
+    for _ in range(30):
+        calls.clear()
+        draft, target = optimum_one_case(rng, vocab=5)
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=3, atoms="buckets")
+        if rule.atoms.spread is None or not rule.atoms.spread.expanded:
+            continue
+        expanded += 1
+        assert rule.atoms.token_atoms == len(rule.atoms.spread.expanded) > 0
+        law, accept = output_distribution(rule)
+        np.testing.assert_allclose(law, target, atol=1e-12)
+        assert accept == pytest.approx(1.0, abs=1e-12)
+        assert_key_laws_tile(rule, 3, range(draft.size))
+    assert expanded >= 10, expanded
+
+
+@pytest.mark.parametrize("temperature", [1.2, 1.5])
+def test_spread_at_full_vocabulary(temperature):
+    # An optimum of 1 at V = 50272 (K = 8): no sort, and the key laws of drafted, random
+    # and top tokens have length p_t and nu-mass q_t.
+    from mspec.bench import lm_like_pair
+
+    k = 8
+    draft, target = lm_like_pair(50272, seed=0, draft_temperature=temperature)
+    assert optimal_acceptance(draft=draft, target=target, num_drafts=k) == pytest.approx(1.0, abs=1e-12)
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
+    assert rule.atoms.spread is not None and rule.atoms.token_atoms < 100  # (tokens of expanded buckets)
+    rng = np.random.default_rng(k)
+    tokens = np.unique(np.concatenate([rng.choice(draft.size, size=40, p=draft),
+                                       rng.integers(draft.size, size=40), np.argsort(-target)[:10]]))
+    assert_key_laws_tile(rule, k, tokens, atol=1e-15)
+    assert rule.acceptance() == pytest.approx(1.0, abs=1e-12)
+    for _ in range(20):  # one piece: every draft contends, and every selection is accepted
+        assert rule.sample(rng.choice(draft.size, size=k, p=draft), rng).accepted
 
 
 @pytest.mark.parametrize("k", [2, 4])
@@ -432,6 +533,7 @@ def test_split_segments_are_bucketed_again_and_stay_exact(monkeypatch):
     from mspec.bench import lm_like_pair
 
     monkeypatch.setattr(optimal_selection, "SORT_BELOW", 0)
+    monkeypatch.setattr(optimal_selection._Spread, "build", classmethod(lambda cls, *args: None))  # fact 5 only
     rng = np.random.default_rng(17)
     for trial in range(30):
         draft, target = bucket_case(rng, vocab=6, groups=2)
@@ -445,7 +547,7 @@ def test_split_segments_are_bucketed_again_and_stay_exact(monkeypatch):
         draft, target = lm_like_pair(50272, seed=seed, draft_temperature=temperature)
         rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
         first = optimal_selection._bucket_level(target, draft, k, 0.0, optimal_selection.BUCKET_BITS)
-        assert first[-1][4].size > 20_000  # the first split covers much of the vocabulary ...
+        assert first[6][4].size > 20_000  # the first split covers much of the vocabulary ...
         assert rule.atoms.token_atoms < 100 and rule.atoms.bucket_atoms > 10_000  # ... finer buckets take it
         assert rule.acceptance() == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=k),
                                                   abs=1e-9)
