@@ -783,19 +783,20 @@ class _Side:
 def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -> np.ndarray:
     """Solve ``u^K - g u = rhs`` elementwise on its rising (``u >= u_star``) or falling branch.
 
-    ``K = 2`` is the quadratic formula. Otherwise Newton's method from ``start`` (the far
-    end of the branch, beyond the root): ``u^K - g u`` is convex, so the iterates move
-    monotonically to the root without overshooting. Converged entries leave the iteration.
+    ``K = 2`` is the quadratic formula. Otherwise Newton's method from a point beyond the
+    root (:func:`_newton_starts`; never further than ``start``, the far end of the branch):
+    ``u^K - g u`` is convex, so the iterates move monotonically to the root without
+    overshooting. Converged entries leave the iteration.
     """
     rhs = np.asarray(rhs, dtype=float)
     if k == 2:
         root = np.sqrt(np.maximum(g * g + 4.0 * rhs, 0.0))
         return 0.5 * (g + root) if rising else 0.5 * (g - root)
+    starts = _newton_starts(rhs, g, k, rising, start)
     if rhs.size <= 8:  # a few roots: the same iteration on Python floats (no array overhead)
         out = np.empty(rhs.shape)
         flat = out.reshape(-1)
-        for i, r in enumerate(rhs.reshape(-1).tolist()):
-            z = float(start)
+        for i, (r, z) in enumerate(zip(rhs.reshape(-1).tolist(), starts.reshape(-1).tolist())):
             for _ in range(NEWTON_STEPS):
                 power = z ** (k - 1)
                 slope = k * power - g
@@ -805,9 +806,9 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
                     break
             flat[i] = z
         return out
-    u = np.full(rhs.shape, start, dtype=float)
+    u = np.array(starts, dtype=float).reshape(-1)
     active = np.arange(u.size)
-    z, r = u.copy(), rhs
+    z, r = u.copy(), rhs.reshape(-1)
     for _ in range(NEWTON_STEPS):
         power = z ** (k - 1)
         slope = k * power - g
@@ -821,8 +822,30 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
             u[active[done]] = z[done]
             active, z, r = active[~done], z[~done], r[~done]
     u[active] = z
-    return u
+    return u.reshape(rhs.shape)
 
+
+def _newton_starts(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -> np.ndarray:
+    """Starting points for :func:`_power_root`: beyond the root on its branch, and close.
+
+    ``phi(u) = u^K - g u`` has its minimum ``phi*`` at ``u* = (g / K)^(1 / (K - 1))``, and
+    its third derivative is >= 0. On the rising branch ``phi`` lies above its quadratic
+    Taylor polynomial at ``u*``, so that polynomial's root is beyond the root. On the
+    falling branch the polynomial's root lies between the root and ``u*``; one Newton step
+    from there (a tangent lies below a convex function) lands beyond the root. Either way
+    no further than ``start``, the far end of the branch, which is beyond the root too.
+    """
+    u_star = (g / k) ** (1.0 / (k - 1))
+    phi_star = u_star**k - g * u_star
+    curve = k * (k - 1) * u_star ** (k - 2)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        half = np.sqrt(np.maximum(2.0 * (rhs - phi_star), 0.0) / curve)
+        if rising:  # (not at u* itself, where the slope is 0 up to rounding)
+            return np.minimum(u_star + np.maximum(half, 1e-6 * u_star), start)
+        z = u_star - half
+        slope = k * z ** (k - 1) - g
+        z = z - np.where(slope < 0.0, (z**k - g * z - rhs) / slope, np.inf)
+        return np.where(np.isfinite(z), np.maximum(z, start), start)
 
 
 class _Spread:
@@ -855,8 +878,8 @@ class _Spread:
         token would need more than its length (then fact 5 goes on)."""
         r_lo, r_hi = bounds
         n = bucket_mass.size
-        atom = atom_of_bucket[desc]  # bucket atom of every token
-        q_a = np.bincount(atom, weights=targets, minlength=n)
+        occupied = np.flatnonzero(atom_of_bucket >= 0)
+        q_a = np.bincount(desc, weights=targets, minlength=atom_of_bucket.size)[occupied]
         p_a = bucket_mass
         # x = q is feasible iff q(C) <= f(C) for every prefix C in q/p order, i.e. for the
         # rest R = V \ C: q(R) >= p(R)^K. Rests are summed from the tail, so that the tiny
@@ -882,7 +905,7 @@ class _Spread:
 
         def tokens_in(a):
             if a not in tokens_of:
-                inside = np.flatnonzero(atom == a)
+                inside = np.flatnonzero(desc == occupied[a])
                 tokens_of[a] = inside[np.argsort(masses[inside] / targets[inside], kind="stable")]
             return tokens_of[a]
 
@@ -1166,7 +1189,10 @@ def _bucket_level(targets, masses, k, start, bits, most=None):
         j1 = int(np.searchsorted(blocks, not_over[-1], side="right")) - 1
         a0, a1 = int(blocks[j0]), int(blocks[j1 + 1])
         b0, b1 = int(occupied[a0]), int(occupied[a1 - 1])
-        inside = np.flatnonzero(desc == b0 if b0 == b1 else (desc >= b0) & (desc <= b1))
+        if a0 == 0 and a1 == occupied.size:  # everything (typically an optimum of 1)
+            inside = np.arange(desc.size)
+        else:
+            inside = np.flatnonzero(desc == b0 if b0 == b1 else (desc >= b0) & (desc <= b1))
         uncertified = (j0, j1, a0, a1, inside, b0, b1)
     return bucket_mass, x, blocks, top, desc, atom_of_bucket, uncertified, (r_lo, r_hi)
 
