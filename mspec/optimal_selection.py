@@ -722,8 +722,7 @@ class _Side:
         own = masses * (dens[s:e] - g) / (d - g)
         if np.all(own <= masses * (1.0 + SLOT_TOLERANCE) + EDGE_TOLERANCE):
             own *= (hi - lo) / own.sum()  # the group owns exactly its width
-            for r in range(s, e):
-                self.groups[r] = (s, e, float(min(own[r - s], masses[r - s])))
+            self._members(s, e, np.minimum(own, masses))
             return True
         return self._tile_group(s, e, lo, hi)
 
@@ -767,9 +766,12 @@ class _Side:
         ):
             return False
         self.tiled[s] = (own[order], held[order], s + order)
-        for r in range(s, e):
-            self.groups[r] = (s, e, float(min(own[r - s], masses[r - s])))
+        self._members(s, e, np.minimum(own, masses))
         return True
+
+    def _members(self, s: int, e: int, own: np.ndarray) -> None:
+        """Record tokens ``s..e-1`` as one group owning ``own`` of its slot."""
+        self.groups.update(zip(range(s, e), [(s, e, o) for o in own.tolist()]))
 
     def slot(self, i: int):
         """``(lo, hi, own)`` of token ``i``, measured from this side's end."""
