@@ -104,6 +104,9 @@ from .selection import Selection, SelectionScheme, check_rng, residual_and_mass,
 WINDOW_TOLERANCE = 1e-13
 #: most safeguarded-Newton steps for a window position
 NEWTON_STEPS = 80
+#: a slot edge's Newton iteration stops at a step this small (relative): the error after it
+#: is about its square; the iterates can flip between floats a few ulps apart, so not 2e-16
+NEWTON_STEP_TOLERANCE = 1e-15
 #: stop when every window's nu-mass is this close to its target ...
 NU_TOLERANCE = 1e-15
 #: ... or its bracket is this narrow
@@ -120,6 +123,8 @@ SLOT_TOLERANCE = 1e-12
 TILINGS = ("pool", "greedy")
 #: most tokens in one group (a token needing more falls back to the greedy for its piece)
 MAX_GROUP = 4096
+#: tiled groups are realised as pieces of slots and a pool down to this depth (then greedily)
+MAX_DEPTH = 8
 #: absolute rounding of a slot edge (the edges are solved to ~1e-16)
 EDGE_TOLERANCE = 1e-15
 #: what the atoms of the selection are: "tokens" (the lexicographically optimal x),
@@ -135,7 +140,7 @@ CERTIFICATE_MARGIN = 1e-12
 SPREAD_EXACT_BUCKETS = 4
 #: fact 6 expands buckets into tokens in at most this many rounds, and at most this many tokens
 SPREAD_ROUNDS = 4
-SPREAD_EXPAND_TOKENS = 16384
+SPREAD_EXPAND_TOKENS = 1024
 #: a split segment of at most this many tokens is sorted rather than bucketed again
 SORT_BELOW = 2048
 #: finest buckets of a split segment (6 more mantissa bits per level)
@@ -541,19 +546,20 @@ class _PoolPiece:
     greedy :class:`_Piece` for the whole piece.
     """
 
-    def __init__(self, start, length, n, front, back, num_drafts):
+    def __init__(self, start, length, n, front, back, num_drafts, depth=0):
         self.start, self.length, self.n, self.k = start, length, n, num_drafts
         self.front, self.back = front, back
-        self._tilings: dict[tuple[bool, int], _Piece] = {}
+        self.depth = depth  # how many tiled groups this piece lies inside
+        self._tilings: dict[tuple[bool, int], _Piece | _PoolPiece] = {}
         self.pool_start = float(front.edge(front.size)) if front.size else 0.0
         pool_end = length - (float(back.edge(back.size)) if back.size else 0.0)
         self.pool_len = max(pool_end - self.pool_start, 0.0)
         self.phases = 0  # no greedy blocks
 
     @classmethod
-    def build(cls, masses: np.ndarray, targets: np.ndarray, start: float, num_drafts: int):
+    def build(cls, masses: np.ndarray, targets: np.ndarray, start: float, num_drafts: int, depth: int = 0):
         """The piece's slots and pool, or ``None`` when some token needs a slot longer than
-        itself even in a group."""
+        itself even in a group. ``depth``: tiled groups around the piece (0: a whole piece)."""
         k, base = num_drafts, 1.0 - start
         length = float(masses.sum())
         n = masses.size
@@ -585,7 +591,7 @@ class _PoolPiece:
             extent=u_star - bottom, most=bottom_value - phi_star, denser=False)
         if not (front.settle() and back.settle()):
             return None
-        return cls(start, length, n, front, back, k)
+        return cls(start, length, n, front, back, k, depth)
 
     def _slot(self, i: int):
         """``(lo, hi, own)``: local token ``i``'s slot in piece coordinates, and the length
@@ -600,22 +606,31 @@ class _PoolPiece:
         return (lo, hi, own) if hi > lo else (lo, lo, 0.0)
 
     def _group_tiling(self, i: int):
-        """``(tiling, position)`` if local token ``i`` is in a group tiled greedily, else None."""
+        """``(tiling, position, own)`` if local token ``i`` is in a tiled group, else None.
+
+        A tiled group's slot is tiled exactly by its members (lengths ``own``, ``nu``-masses
+        ``held``): a piece of its own, realised like any piece -- slots and a pool inside
+        the slot (which needs no sequential greedy, however many members), or the greedy
+        where that fails."""
         if i < self.front.size:
             side, j, front = self.front, i, True
         elif self.n - 1 - i < self.back.size:
             side, j, front = self.back, self.n - 1 - i, False
         else:
             return None
-        if j not in side.groups or side.groups[j][0] not in side.tiled:
+        first = side.group_first(j)
+        if first < 0 or first not in side.tiled:
             return None
-        first, end, _ = side.groups[j]
         own, held, tokens = side.tiled[first]
         key = (front, first)
         if key not in self._tilings:  # the slot in piece coordinates, densest end first
-            top = side.edge(first) if front else self.length - side.edge(end)
-            self._tilings[key] = _Piece(own, held, self.start + float(top), self.k)
-        return self._tilings[key], int(np.flatnonzero(tokens == j)[0])
+            top = self.start + float(side.edge(first) if front else self.length - side.edge(side.group_end(j)))
+            sub = None
+            if self.depth < MAX_DEPTH and own.size > 1 and own.min() > 0.0:
+                sub = _PoolPiece.build(own, held, top, self.k, self.depth + 1)
+            self._tilings[key] = sub if sub is not None else _Piece(own, held, top, self.k)
+        position = int(j - first if front else tokens.size - 1 - (j - first))
+        return self._tilings[key], position, float(own[position])
 
     def fragments(self, i: int, mass: float) -> list[tuple[float, float, float]]:
         """Key law of local token ``i`` (draft mass ``mass``): ``(start, end, weight)``, with
@@ -625,7 +640,7 @@ class _PoolPiece:
         out = []
         tiled = self._group_tiling(i)
         if tiled is not None:
-            out += tiled[0].fragments(tiled[1])
+            out += tiled[0].fragments(tiled[1], tiled[2])
         elif own > 0.0:
             out.append((self.start + lo, self.start + hi, own / (hi - lo)))
         if share > 0.0 and self.pool_len > 0.0:
@@ -641,7 +656,7 @@ class _PoolPiece:
         if w < own or share <= 0.0 or self.pool_len <= 0.0:
             tiled = self._group_tiling(i)
             if tiled is not None:
-                return tiled[0].sample_key(tiled[1], own, min(w / own, 1.0))
+                return tiled[0].sample_key(tiled[1], tiled[2], min(w / own, 1.0))
             return float(self.start + lo + (min(w / own, 1.0) * (hi - lo) if own > 0.0 else 0.0))
         return float(self.start + self.pool_start + (w - own) / share * self.pool_len)
 
@@ -666,9 +681,25 @@ class _Side:
         self.size = masses.size
         self.edges = np.full(self.size + 1, np.nan)
         self.edges[0] = 0.0
-        self.groups: dict[int, tuple[int, int, float]] = {}  # token -> (first, end, own)
-        # first -> (own lengths, nu-masses, tokens) of a group tiled greedily, densest first
+        # groups: (first, end, own) of every token, as arrays made at the first group
+        # (first = -1: no group); first -> (own lengths, nu-masses, tokens) of a tiled
+        # group, densest first
+        self._first = self._end = self._own = None
         self.tiled: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def group_first(self, i: int) -> int:
+        """First token of token ``i``'s group, -1 if it has none."""
+        return -1 if self._first is None else int(self._first[i])
+
+    def group_end(self, i: int) -> int:
+        return int(self._end[i])
+
+    def group_spans(self) -> list[tuple[int, int]]:
+        """``(first, end)`` of every group."""
+        if self._first is None:
+            return []
+        firsts = np.unique(self._first[self._first >= 0])
+        return [(int(s), int(self._end[s])) for s in firsts]
 
     def edge(self, i):
         """``edges[i]`` (an int or an index array), solving the missing ones."""
@@ -693,23 +724,33 @@ class _Side:
             suspects = np.flatnonzero(~fits)
         too_long = suspects
         if suspects.size:
-            self.edge(np.concatenate([suspects, suspects + 1]))
+            needed = np.zeros(self.size + 1, dtype=bool)  # both edges of each suspect, once
+            needed[suspects] = needed[suspects + 1] = True
+            self.edge(np.flatnonzero(needed))
             widths = self.edges[suspects + 1] - self.edges[suspects]
             too_long = suspects[widths > masses[suspects] * (1.0 + SLOT_TOLERANCE) + EDGE_TOLERANCE]
         dens = self.targets / masses
-        for t in too_long:
-            t = int(t)
-            if t in self.groups:  # already in the group of an earlier token
+        i = 0
+        while i < too_long.size:
+            t = int(too_long[i])
+            if self.group_first(t) >= 0:  # already in the group of an earlier token
+                i += 1
                 continue
             reach = 1  # the group reaches this many tokens back (and forward), doubling
             while True:
                 s = max(t - reach, 0)
-                s = self.groups[s][0] if s in self.groups else s  # never split an earlier group
-                if any(self._group(s, e, dens) for e in dict.fromkeys((t + 1, min(t + 1 + reach, self.size)))):
+                s = max(self.group_first(s), 0) if self.group_first(s) >= 0 else s  # never split a group
+                # the too-long tokens after t, each within reach of the one before: one group
+                # (next to a nearly tight prefix or suffix they come in long runs)
+                steps = np.diff(too_long[i:])
+                last = i + (int(np.argmax(steps > reach)) if np.any(steps > reach) else steps.size)
+                e = int(too_long[last]) + 1
+                if any(self._group(s, end, dens) for end in dict.fromkeys((e, min(e + reach, self.size)))):
                     break
-                if (s == 0 and t + 1 + reach >= self.size) or reach >= MAX_GROUP:
+                if (s == 0 and e + reach >= self.size) or reach >= MAX_GROUP:
                     return False  # give up: the greedy fallback for the piece
                 reach *= 2
+            i = int(np.searchsorted(too_long, self.group_end(t)))
         return True
 
     def _group(self, s: int, e: int, dens) -> bool:
@@ -765,19 +806,26 @@ class _Side:
             np.cumsum(held[order]) > room + EDGE_TOLERANCE
         ):
             return False
-        self.tiled[s] = (own[order], held[order], s + order)
         self._members(s, e, np.minimum(own, masses))
+        self.tiled[s] = (own[order], held[order], s + order)
         return True
 
     def _members(self, s: int, e: int, own: np.ndarray) -> None:
-        """Record tokens ``s..e-1`` as one group owning ``own`` of its slot."""
-        self.groups.update(zip(range(s, e), [(s, e, o) for o in own.tolist()]))
+        """Record tokens ``s..e-1`` as one group owning ``own`` of its slot (it may swallow
+        earlier groups: their tilings go)."""
+        if self._first is None:
+            self._first = np.full(self.size, -1, dtype=np.int64)
+            self._end = np.zeros(self.size, dtype=np.int64)
+            self._own = np.zeros(self.size)
+        self._first[s:e], self._end[s:e], self._own[s:e] = s, e, own
+        for first in [f for f in self.tiled if s <= f < e]:
+            del self.tiled[first]
 
     def slot(self, i: int):
         """``(lo, hi, own)`` of token ``i``, measured from this side's end."""
-        if i in self.groups:
-            s, e, own = self.groups[i]
-            return float(self.edge(s)), float(self.edge(e)), own
+        s = self.group_first(i)
+        if s >= 0:
+            return float(self.edge(s)), float(self.edge(int(self._end[i]))), float(self._own[i])
         lo, hi = self.edge(np.array([i, i + 1]))
         return float(lo), float(hi), float(min(hi - lo, self.masses[i]))
 
@@ -788,41 +836,46 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
     ``K = 2`` is the quadratic formula. Otherwise Newton's method from a point beyond the
     root (:func:`_newton_starts`; never further than ``start``, the far end of the branch):
     ``u^K - g u`` is convex, so the iterates move monotonically to the root without
-    overshooting. Converged entries leave the iteration.
+    overshooting. Converged entries leave the iteration. A right-hand side at (or, by
+    rounding, below) the minimum ``phi*`` is the minimum point ``u*`` itself (a double root,
+    where Newton would only creep).
     """
     rhs = np.asarray(rhs, dtype=float)
     if k == 2:
         root = np.sqrt(np.maximum(g * g + 4.0 * rhs, 0.0))
         return 0.5 * (g + root) if rising else 0.5 * (g - root)
-    starts = _newton_starts(rhs, g, k, rising, start)
+    u_star = (g / k) ** (1.0 / (k - 1))
+    phi_star = u_star**k - g * u_star
+    starts = np.where(rhs <= phi_star, u_star, _newton_starts(rhs, g, k, rising, start))
     if rhs.size <= 8:  # a few roots: the same iteration on Python floats (no array overhead)
         out = np.empty(rhs.shape)
         flat = out.reshape(-1)
         for i, (r, z) in enumerate(zip(rhs.reshape(-1).tolist(), starts.reshape(-1).tolist())):
-            for _ in range(NEWTON_STEPS):
+            for _ in range(NEWTON_STEPS if r > phi_star else 0):
                 power = z ** (k - 1)
                 slope = k * power - g
                 step = (power * z - g * z - r) / slope if slope != 0.0 else 0.0
                 z -= step
-                if abs(step) <= 2e-16 * max(abs(z), 0.5):
+                if abs(step) <= NEWTON_STEP_TOLERANCE * max(abs(z), 0.5):
                     break
             flat[i] = z
         return out
     u = np.array(starts, dtype=float).reshape(-1)
-    active = np.arange(u.size)
-    z, r = u.copy(), rhs.reshape(-1)
+    active = np.flatnonzero(rhs.reshape(-1) > phi_star)
+    z, r = u[active], rhs.reshape(-1)[active]
     for _ in range(NEWTON_STEPS):
-        power = z ** (k - 1)
+        if not active.size:
+            break
+        power = _power(z.copy(), k - 1)
         slope = k * power - g
-        value = power * z - g * z - r
+        value = (power - g) * z - r
         step = np.divide(value, slope, out=np.zeros_like(value), where=slope != 0.0)
         z = z - step
-        done = np.abs(step) <= 2e-16 * np.maximum(np.abs(z), 0.5)
-        if done.all():
-            break
-        if 2 * np.count_nonzero(done) > done.size:
+        done = np.abs(step) <= NEWTON_STEP_TOLERANCE * np.maximum(np.abs(z), 0.5)
+        if done.any():  # converged entries leave
             u[active[done]] = z[done]
-            active, z, r = active[~done], z[~done], r[~done]
+            keep = ~done
+            active, z, r = active[keep], z[keep], r[keep]
     u[active] = z
     return u.reshape(rhs.shape)
 
@@ -845,8 +898,9 @@ def _newton_starts(rhs: np.ndarray, g: float, k: int, rising: bool, start: float
         if rising:  # (not at u* itself, where the slope is 0 up to rounding)
             return np.minimum(u_star + np.maximum(half, 1e-6 * u_star), start)
         z = u_star - half
-        slope = k * z ** (k - 1) - g
-        z = z - np.where(slope < 0.0, (z**k - g * z - rhs) / slope, np.inf)
+        power = _power(z.copy(), k - 1)
+        slope = k * power - g
+        z = z - np.where(slope < 0.0, ((power - g) * z - rhs) / slope, np.inf)
         return np.where(np.isfinite(z), np.maximum(z, start), start)
 
 
@@ -905,12 +959,30 @@ class _Spread:
             return None
         tokens_of = {}  # bucket atom -> its tokens, q/p descending (for exact checks and expansion)
 
+        def fetch(atoms):  # the tokens of these bucket atoms, in one pass over the vocabulary
+            need = sorted({int(a) for a in atoms} - tokens_of.keys())
+            if need:
+                chosen = np.zeros(atom_of_bucket.size, dtype=bool)
+                chosen[occupied[need]] = True
+                inside = np.flatnonzero(chosen[desc])
+                inside = inside[np.lexsort((masses[inside] / targets[inside], desc[inside]))]
+                cuts = np.searchsorted(desc[inside], occupied[need])
+                for a, part in zip(need, np.split(inside, cuts[1:])):
+                    tokens_of[a] = part
+
         def tokens_in(a):
             if a not in tokens_of:
-                inside = np.flatnonzero(desc == occupied[a])
-                tokens_of[a] = inside[np.argsort(masses[inside] / targets[inside], kind="stable")]
+                fetch([a])
             return tokens_of[a]
 
+        counts = []  # tokens per bucket atom, counted when first needed
+
+        def count(atoms):
+            if not counts:
+                counts.append(np.bincount(desc, minlength=atom_of_bucket.size)[occupied])
+            return int(counts[0][np.asarray(atoms, dtype=np.int64)].sum())
+
+        fetch(loose)
         for a in loose:  # too loose (typically the top bucket): check its tokens exactly
             inside = tokens_in(a)
             s = np.cumsum(masses[inside])[:-1]
@@ -939,7 +1011,10 @@ class _Spread:
                 u_q = np.concatenate(parts_q + [q_a[prev:]])
                 u_lo = np.concatenate(parts_lo + [r_lo[prev:]])
                 u_hi = np.concatenate(parts_hi + [r_hi[prev:]])
-                expanded = {int(t): int(unit_of_atom[a]) + i for a in cuts for i, t in enumerate(tokens_in(a))}
+                tokens = np.concatenate([tokens_in(a) for a in cuts])
+                firsts = np.repeat(unit_of_atom[cuts], [tokens_in(a).size for a in cuts])
+                starts = np.repeat(np.cumsum([0] + [tokens_in(a).size for a in cuts])[:-1], [tokens_in(a).size for a in cuts])
+                expanded = dict(zip(tokens.tolist(), (firsts + np.arange(tokens.size) - starts).tolist()))
                 unit_of_atom[cuts] = -1
             else:
                 u_p, u_q, u_lo, u_hi, expanded = p_a, q_a, r_lo, r_hi, {}
@@ -952,9 +1027,10 @@ class _Spread:
                 return cls(piece, u_p, u_q, top, own / gap, g, unit_of_atom, expanded)
             # expand the buckets whose units do not fit (a token unit always fits)
             new = [int(a) for a in np.flatnonzero(np.isin(unit_of_atom, bad))]
-            if not new or sum(tokens_in(a).size for a in expand + new) > SPREAD_EXPAND_TOKENS:
+            if not new or count(expand + new) > SPREAD_EXPAND_TOKENS:
                 return None
             expand += new
+            fetch(expand)
         return None
 
     @staticmethod
@@ -975,11 +1051,10 @@ class _Spread:
                 edges = side.edge(np.arange(side.size + 1))
                 width = np.diff(edges)
                 side_own = np.where(width > 0.0, np.minimum(width, side.masses), 0.0)
-                if side.groups:  # members of a group own their share of the group's slot
-                    members = np.fromiter(side.groups, dtype=np.int64, count=len(side.groups))
-                    first, end, group_own = np.array(list(side.groups.values())).T
-                    side_own[members] = np.where(edges[end.astype(np.int64)] > edges[first.astype(np.int64)],
-                                                 group_own, 0.0)
+                if side._first is not None:  # members of a group own their share of the group's slot
+                    members = np.flatnonzero(side._first >= 0)
+                    first, end = side._first[members], side._end[members]
+                    side_own[members] = np.where(edges[end] > edges[first], side._own[members], 0.0)
                 own[units] = side_own
         front = np.arange(n) < n_front
         gap = u_q - g * u_p  # > 0 in front, < 0 at the back
@@ -1100,7 +1175,11 @@ class _Atoms:
         split_pos = split_atoms = None  # positions (ascending) and atoms of the split tokens
         if uncertified is not None:
             j0, j1, a0, a1, inside, b0, b1 = uncertified
-            sub = _split_segment(qm[inside], pm[inside], k, float(top[a0]), BUCKET_BITS + BUCKET_BITS)
+            # one piece over everything is x = q up to the buckets' rounding (an optimum of 1
+            # that fact 6 could not serve): finer buckets cannot certify any of it, so sort
+            whole = blocks.size == 2 and a0 == 0 and a1 == masses.size
+            bits = MAX_BUCKET_BITS + 1 if whole else BUCKET_BITS + BUCKET_BITS
+            sub = _split_segment(qm[inside], pm[inside], k, float(top[a0]), bits)
             masses, x, blocks, top = _splice(masses, x, blocks, top, j0, j1, a0, a1, sub[:4])
             atom_of_bucket[atom_of_bucket >= a1] += sub[0].size - (a1 - a0)
             atom_of_bucket[b0 : b1 + 1] = -2  # split: look the token up
