@@ -95,6 +95,8 @@ cannot reach its polytope (book section); use ``"optimal-lp"`` (small V) or ``"i
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.optimize import isotonic_regression
 
@@ -557,9 +559,11 @@ class _PoolPiece:
         self.phases = 0  # no greedy blocks
 
     @classmethod
-    def build(cls, masses: np.ndarray, targets: np.ndarray, start: float, num_drafts: int, depth: int = 0):
+    def build(cls, masses: np.ndarray, targets: np.ndarray, start: float, num_drafts: int, depth: int = 0,
+              all_edges: bool = False):
         """The piece's slots and pool, or ``None`` when some token needs a slot longer than
-        itself even in a group. ``depth``: tiled groups around the piece (0: a whole piece)."""
+        itself even in a group. ``depth``: tiled groups around the piece (0: a whole piece);
+        ``all_edges``: solve every slot edge at once (for a caller that needs them all)."""
         k, base = num_drafts, 1.0 - start
         length = float(masses.sum())
         n = masses.size
@@ -589,6 +593,9 @@ class _PoolPiece:
             edge_of=lambda want: _power_root(np.maximum(bottom_value - want, phi_star), g, k, False, bottom) - bottom,
             window_nu=lambda lo, hi: big_h(length - lo) - big_h(length - hi),
             extent=u_star - bottom, most=bottom_value - phi_star, denser=False)
+        if all_edges:
+            for side in (front, back):
+                side.edge(np.arange(side.size + 1))
         if not (front.settle() and back.settle()):
             return None
         return cls(start, length, n, front, back, k, depth)
@@ -846,11 +853,11 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
         return 0.5 * (g + root) if rising else 0.5 * (g - root)
     u_star = (g / k) ** (1.0 / (k - 1))
     phi_star = u_star**k - g * u_star
-    starts = np.where(rhs <= phi_star, u_star, _newton_starts(rhs, g, k, rising, start))
     if rhs.size <= 8:  # a few roots: the same iteration on Python floats (no array overhead)
         out = np.empty(rhs.shape)
         flat = out.reshape(-1)
-        for i, (r, z) in enumerate(zip(rhs.reshape(-1).tolist(), starts.reshape(-1).tolist())):
+        for i, r in enumerate(rhs.reshape(-1).tolist()):
+            z = _newton_start(r, g, k, rising, start, u_star, phi_star) if r > phi_star else u_star
             for _ in range(NEWTON_STEPS if r > phi_star else 0):
                 power = z ** (k - 1)
                 slope = k * power - g
@@ -860,6 +867,7 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
                     break
             flat[i] = z
         return out
+    starts = np.where(rhs <= phi_star, u_star, _newton_starts(rhs, g, k, rising, start))
     u = np.array(starts, dtype=float).reshape(-1)
     active = np.flatnonzero(rhs.reshape(-1) > phi_star)
     z, r = u[active], rhs.reshape(-1)[active]
@@ -902,6 +910,19 @@ def _newton_starts(rhs: np.ndarray, g: float, k: int, rising: bool, start: float
         slope = k * power - g
         z = z - np.where(slope < 0.0, ((power - g) * z - rhs) / slope, np.inf)
         return np.where(np.isfinite(z), np.maximum(z, start), start)
+
+
+def _newton_start(rhs: float, g: float, k: int, rising: bool, start: float, u_star: float, phi_star: float) -> float:
+    """:func:`_newton_starts` for one ``rhs > phi*``, on Python floats."""
+    half = math.sqrt(max(2.0 * (rhs - phi_star), 0.0) / (k * (k - 1) * u_star ** (k - 2)))
+    if rising:
+        return min(u_star + max(half, 1e-6 * u_star), start)
+    z = u_star - half
+    slope = k * z ** (k - 1) - g
+    if not slope < 0.0:
+        return start
+    z -= (z**k - g * z - rhs) / slope
+    return max(z, start) if math.isfinite(z) else start
 
 
 class _Spread:
@@ -1038,7 +1059,7 @@ class _Spread:
         """Slots and pool over the units; ``None``, or ``(piece, own, gap, g, bad)`` with the
         units whose tokens would not fit (``bad``)."""
         n = u_p.size
-        piece = _PoolPiece.build(u_p, u_q, 0.0, k)
+        piece = _PoolPiece.build(u_p, u_q, 0.0, k, all_edges=True)
         if piece is None or piece.pool_len <= 0.0:
             return None
         g = piece.front.g
@@ -1179,6 +1200,13 @@ class _Atoms:
             # that fact 6 could not serve): finer buckets cannot certify any of it, so sort
             whole = blocks.size == 2 and a0 == 0 and a1 == masses.size
             bits = MAX_BUCKET_BITS + 1 if whole else BUCKET_BITS + BUCKET_BITS
+            if j0 == j1 and not whole:
+                # one piece: x = s q on its tokens, s = its x over its true q. Buckets narrower
+                # than a factor 1 + |s - 1| certify it, so a few more bits than log2(1/|s - 1|)
+                # are enough (often 8 or 9 instead of 12: far fewer atoms)
+                slope_gap = abs(float(x[a0:a1].sum()) / float(qm[inside].sum()) - 1.0)
+                if slope_gap > 0.0:
+                    bits = min(max(math.ceil(-math.log2(slope_gap)) + 1, BUCKET_BITS + 1), bits)
             sub = _split_segment(qm[inside], pm[inside], k, float(top[a0]), bits)
             masses, x, blocks, top = _splice(masses, x, blocks, top, j0, j1, a0, a1, sub[:4])
             atom_of_bucket[atom_of_bucket >= a1] += sub[0].size - (a1 - a0)
