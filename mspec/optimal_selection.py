@@ -871,16 +871,27 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
     u = np.array(starts, dtype=float).reshape(-1)
     active = np.flatnonzero(rhs.reshape(-1) > phi_star)
     z, r = u[active], rhs.reshape(-1)[active]
-    for _ in range(NEWTON_STEPS):
+    # the slope keeps its branch's sign (it is 0 only at u*, which the iterates never pass)
+    tiny = np.finfo(float).tiny
+    for step_count in range(NEWTON_STEPS):
         if not active.size:
             break
-        power = _power(z.copy(), k - 1)
+        power = _power(z * z, (k - 1) // 2) * (z if k % 2 == 0 else 1.0) if k > 2 else z.copy()
         slope = k * power - g
-        value = (power - g) * z - r
-        step = np.divide(value, slope, out=np.zeros_like(value), where=slope != 0.0)
-        z = z - step
+        slope = np.maximum(slope, tiny, out=slope) if rising else np.minimum(slope, -tiny, out=slope)
+        step = power
+        step -= g
+        step *= z
+        step -= r
+        step /= slope
+        z -= step
+        # all together while they converge alike; then converged entries leave one by one
+        if step_count < 6:
+            if np.abs(step).max() <= NEWTON_STEP_TOLERANCE * 0.5:
+                break
+            continue
         done = np.abs(step) <= NEWTON_STEP_TOLERANCE * np.maximum(np.abs(z), 0.5)
-        if done.any():  # converged entries leave
+        if done.any():
             u[active[done]] = z[done]
             keep = ~done
             active, z, r = active[keep], z[keep], r[keep]
