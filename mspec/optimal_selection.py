@@ -861,9 +861,12 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
             for _ in range(NEWTON_STEPS if r > phi_star else 0):
                 power = z ** (k - 1)
                 slope = k * power - g
-                step = (power * z - g * z - r) / slope if slope != 0.0 else 0.0
+                value = power * z - g * z - r
+                step = value / slope if slope != 0.0 else 0.0
                 z -= step
-                if abs(step) <= NEWTON_STEP_TOLERANCE * max(abs(z), 0.5):
+                if abs(step) <= NEWTON_STEP_TOLERANCE * max(abs(z), 0.5) or abs(value) <= 4e-16 * (
+                    abs(r) + abs(z) * (abs(power) + g)
+                ):
                     break
             flat[i] = z
         return out
@@ -879,22 +882,23 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
         power = _power(z * z, (k - 1) // 2) * (z if k % 2 == 0 else 1.0) if k > 2 else z.copy()
         slope = k * power - g
         slope = np.maximum(slope, tiny, out=slope) if rising else np.minimum(slope, -tiny, out=slope)
-        step = power
-        step -= g
-        step *= z
-        step -= r
-        step /= slope
+        value = power - g
+        value *= z
+        value -= r
+        check = step_count >= 2  # (Newton from these starts needs at least three steps)
+        if check:  # a residual at rounding level: near u* the root is ill-conditioned and
+            # further steps only move z by rounding noise / slope
+            settled = np.abs(value) <= 4e-16 * (np.abs(r) + z * (power + g))
+        step = np.divide(value, slope, out=value)
         z -= step
-        # all together while they converge alike; then converged entries leave one by one
-        if step_count < 6:
-            if np.abs(step).max() <= NEWTON_STEP_TOLERANCE * 0.5:
+        if check:
+            done = settled | (np.abs(step) <= NEWTON_STEP_TOLERANCE * np.maximum(z, 0.5))
+            if done.all():
                 break
-            continue
-        done = np.abs(step) <= NEWTON_STEP_TOLERANCE * np.maximum(np.abs(z), 0.5)
-        if done.any():
-            u[active[done]] = z[done]
-            keep = ~done
-            active, z, r = active[keep], z[keep], r[keep]
+            if done.any():  # converged entries leave
+                u[active[done]] = z[done]
+                keep = ~done
+                active, z, r = active[keep], z[keep], r[keep]
     u[active] = z
     return u.reshape(rhs.shape)
 
