@@ -1195,18 +1195,22 @@ class _Atoms:
         pm, qm = (draft, target) if main is None else (draft[main], target[main])
         if pm.size == 0:  # no token with p > 0 and q > 0: nothing to bucket
             return None
-        level = _bucket_level(qm, pm, k, 0.0, BUCKET_BITS)
-        if level is None:  # q/p overflowed
+        sums = _bucket_sums(qm, pm, BUCKET_BITS)
+        if sums is None:  # q/p overflowed
             return None
-        masses, x, blocks, top, desc, atom_of_bucket, uncertified, bounds = level
-        if main is None and uncertified is not None and uncertified[2] == 0 and uncertified[3] == masses.size:
-            spread = _Spread.build(qm, pm, k, masses, desc, atom_of_bucket, bounds)
+        if main is None and _may_be_one(sums[2], sums[3], k):  # try fact 6 first: no bucket problem
+            desc, occupied, bucket_mass, r_lo, r_hi, nb = sums
+            atom_of_bucket = np.full(nb, -1, dtype=np.int64)
+            atom_of_bucket[occupied] = np.arange(occupied.size)
+            spread = _Spread.build(qm, pm, k, bucket_mass, desc, atom_of_bucket, (r_lo, r_hi))
             if spread is not None:  # fact 6: an optimum of 1, no sort; the atoms are its units
                 n_units = spread.masses.size
                 return cls(spread.masses, spread.x, np.array([0, n_units]), spread.top,
                            lambda t: spread.unit_of(t, int(atom_of_bucket[desc[t]])),
                            lambda: spread.units(atom_of_bucket[desc]), lambda: target.copy(),
                            bucket_atoms=n_units - len(spread.expanded), spread=spread)
+        masses, x, blocks, top, desc, atom_of_bucket, uncertified, bounds = _bucket_level(
+            qm, pm, k, 0.0, BUCKET_BITS, sums=sums)
         n_buckets = masses.size
         split_pos = split_atoms = None  # positions (ascending) and atoms of the split tokens
         if uncertified is not None:
@@ -1263,7 +1267,40 @@ class _Atoms:
         return cls(masses, x, blocks, top, atom_of, ranks, token_x, bucket_atoms=n_buckets)
 
 
-def _bucket_level(targets, masses, k, start, bits, most=None):
+def _bucket_sums(targets, masses, bits, most=None):
+    """Bucket tokens by ``bits`` mantissa bits of ``q/p`` (one pass, no sort).
+
+    Returns:
+        ``None`` if ``q/p`` overflowed (or the buckets would span ``most`` keys or more),
+        else ``(desc, occupied, bucket_mass, r_lo, r_hi, n_keys)``: each token's bucket
+        (0 holds the largest ratios), the buckets that hold tokens, their draft masses and
+        ratio ranges ``[r_lo, r_hi)``, and the number of bucket keys.
+    """
+    shift = np.uint64(52 - bits)
+    ratio = np.divide(targets, masses)
+    key = np.right_shift(ratio.view(np.uint64), shift, out=ratio.view(np.uint64)).view(np.int64)  # rises with q/p
+    hi, lo = int(key.max()), int(key.min())
+    if hi >= int(np.float64(np.inf).view(np.uint64) >> shift) or (most is not None and hi - lo >= most):
+        return None
+    desc = np.subtract(hi, key, out=key)  # bucket 0 holds the largest ratios
+    nb = hi - lo + 1
+    mass_b = np.bincount(desc, weights=masses, minlength=nb)
+    occupied = np.flatnonzero(mass_b)  # p > 0 on every counted token
+    edge = (hi - occupied).astype(np.uint64)
+    r_lo, r_hi = (edge << shift).view(np.float64), ((edge + np.uint64(1)) << shift).view(np.float64)
+    return desc, occupied, mass_b[occupied], r_lo, r_hi, nb
+
+
+def _may_be_one(bucket_mass, r_lo, k) -> bool:
+    """False when the buckets alone show that the optimum is below 1: ``x = q`` needs
+    ``q(C) <= f(C)`` for every prefix ``C`` in ``q/p`` order, and ``q`` of a bucket prefix
+    is at least ``sum r_lo P``. (True says nothing: fact 6 checks it exactly.)"""
+    top = np.minimum(np.cumsum(bucket_mass), 1.0)
+    least = np.cumsum(r_lo * bucket_mass)
+    return not np.any(least > (1.0 - (1.0 - top) ** k) * (1.0 + 1e-9))
+
+
+def _bucket_level(targets, masses, k, start, bits, most=None, sums=None):
     """One level of fact 5: bucket tokens by ``bits`` mantissa bits of ``q/p``, solve the
     bucket problem on keys from ``start``, and find the buckets the certificate cannot pass.
 
@@ -1282,19 +1319,10 @@ def _bucket_level(targets, masses, k, start, bits, most=None):
         j1, a0, a1, inside, b0, b1)``: the pieces ``j0..j1`` (atoms ``a0..a1-1``, buckets
         ``b0..b1``) to split, with the tokens ``inside`` them, and each atom's ratio range.
     """
-    shift = np.uint64(52 - bits)
-    ratio = np.divide(targets, masses)
-    key = np.right_shift(ratio.view(np.uint64), shift, out=ratio.view(np.uint64)).view(np.int64)  # rises with q/p
-    hi, lo = int(key.max()), int(key.min())
-    if hi >= int(np.float64(np.inf).view(np.uint64) >> shift) or (most is not None and hi - lo >= most):
+    sums = sums if sums is not None else _bucket_sums(targets, masses, bits, most)
+    if sums is None:
         return None
-    desc = np.subtract(hi, key, out=key)  # bucket 0 holds the largest ratios
-    nb = hi - lo + 1
-    mass_b = np.bincount(desc, weights=masses, minlength=nb)
-    occupied = np.flatnonzero(mass_b)  # p > 0 on every counted token
-    bucket_mass = mass_b[occupied]
-    edge = (hi - occupied).astype(np.uint64)
-    r_lo, r_hi = (edge << shift).view(np.float64), ((edge + np.uint64(1)) << shift).view(np.float64)
+    desc, occupied, bucket_mass, r_lo, r_hi, nb = sums
     # the bucket problem: every ratio rounded to its bucket's middle (any positive
     # stand-in for q keeps x feasible; the certificate below uses the true ratios)
     x, blocks, top = _lex_pieces(bucket_mass.copy(), bucket_mass * (0.5 * (r_lo + r_hi)), k, start)
