@@ -143,6 +143,8 @@ SPREAD_EXACT_BUCKETS = 4
 #: fact 6 expands buckets into tokens in at most this many rounds, and at most this many tokens
 SPREAD_ROUNDS = 4
 SPREAD_EXPAND_TOKENS = 1024
+#: ... and tiles groups of buckets token by token (in place) up to this many tokens in all
+SPREAD_GROUP_TOKENS = 16384
 #: a split segment of at most this many tokens is sorted rather than bucketed again
 SORT_BELOW = 2048
 #: finest buckets of a split segment (6 more mantissa bits per level)
@@ -630,14 +632,21 @@ class _PoolPiece:
             return None
         own, held, tokens = side.tiled[first]
         key = (front, first)
-        if key not in self._tilings:  # the slot in piece coordinates, densest end first
-            top = self.start + float(side.edge(first) if front else self.length - side.edge(side.group_end(j)))
-            sub = None
-            if self.depth < MAX_DEPTH and own.size > 1 and own.min() > 0.0:
-                sub = _PoolPiece.build(own, held, top, self.k, self.depth + 1)
-            self._tilings[key] = sub if sub is not None else _Piece(own, held, top, self.k)
+        if key not in self._tilings:
+            self._tilings[key] = self.tile_slot(front, first, side.group_end(j), own, held)
         position = int(j - first if front else tokens.size - 1 - (j - first))
         return self._tilings[key], position, float(own[position])
+
+    def tile_slot(self, front: bool, first: int, end: int, own: np.ndarray, held: np.ndarray):
+        """The piece that tiles the slot of group ``first..end-1`` of the front (or back)
+        with members of lengths ``own`` and ``nu``-masses ``held``, densest first (they fill
+        it exactly and pass the greedy's prefix test): slots and a pool, else the greedy."""
+        side = self.front if front else self.back
+        top = self.start + float(side.edge(first) if front else self.length - side.edge(end))  # densest end
+        sub = None
+        if self.depth < MAX_DEPTH and own.size > 1 and own.min() > 0.0:
+            sub = _PoolPiece.build(own, held, top, self.k, self.depth + 1)
+        return sub if sub is not None else _Piece(own, held, top, self.k)
 
     def fragments(self, i: int, mass: float) -> list[tuple[float, float, float]]:
         """Key law of local token ``i`` (draft mass ``mass``): ``(start, end, weight)``, with
@@ -788,11 +797,27 @@ class _Side:
         and the greedy's prefix test holds whenever every prefix of the group (from this
         side's end) is at least as long as its own slots -- always for a group that starts
         at the end (``s = 0``), by the prefix lemma. The test is checked, not assumed."""
-        masses, width = self.masses[s:e], hi - lo
+        filled = self.fill_slot(self.masses[s:e], self.targets[s:e], lo, hi)
+        if filled is None:
+            return False
+        own, held, order = filled
+        self._members(s, e, np.minimum(own, self.masses[s:e]))
+        self.tiled[s] = (own[order], held[order], s + order)
+        return True
+
+    def fill_slot(self, masses, targets, lo: float, hi: float):
+        """Water-filling (:meth:`_tile_group`) of members with ``masses``/``targets`` (this
+        side's order) into the slot ``[lo, hi]``, checked for the greedy's prefix test.
+
+        Returns:
+            ``None`` if it fails, else ``(own, held, order)``: each member's owned length
+            and ``nu``-mass, and the members densest first.
+        """
+        width = hi - lo
         total = float(masses.sum())
         if width > total * (1.0 + SLOT_TOLERANCE) + EDGE_TOLERANCE:
-            return False  # the tokens cannot own more than their length
-        gap = np.abs(self.targets[s:e] / masses - self.g) * masses  # p_t |b_t - g|, side order
+            return None  # the tokens cannot own more than their length
+        gap = np.abs(targets / masses - self.g) * masses  # p_t |b_t - g|, side order
         if width >= total:
             own = masses.copy()
         else:
@@ -805,17 +830,15 @@ class _Side:
             j = int(np.argmax(level >= gap / masses))
             own = np.concatenate([masses[:j], gap[j:] / level[j]])
         own *= width / own.sum()  # exactly the slot's width
-        held = self.targets[s:e] - self.g * (masses - own)
-        order = np.arange(e - s) if self.denser else np.arange(e - s)[::-1]  # densest first
+        held = targets - self.g * (masses - own)
+        order = np.arange(masses.size) if self.denser else np.arange(masses.size)[::-1]  # densest first
         reach = np.cumsum(own[order])
         room = self.window_nu(lo, lo + reach) if self.denser else self.window_nu(hi - reach, hi)
         if np.any(held < 0.0) or np.any(own > masses * (1.0 + SLOT_TOLERANCE) + EDGE_TOLERANCE) or np.any(
             np.cumsum(held[order]) > room + EDGE_TOLERANCE
         ):
-            return False
-        self._members(s, e, np.minimum(own, masses))
-        self.tiled[s] = (own[order], held[order], s + order)
-        return True
+            return None
+        return own, held, order
 
     def _members(self, s: int, e: int, own: np.ndarray) -> None:
         """Record tokens ``s..e-1`` as one group owning ``own`` of its slot (it may swallow
@@ -960,9 +983,12 @@ class _Spread:
         expanded: ``{token: unit}`` for the tokens of expanded buckets.
     """
 
-    def __init__(self, piece, masses, x, top, c, g, unit_of_atom, expanded):
+    def __init__(self, piece, masses, x, top, c, g, unit_of_atom, expanded, local=None):
         self.piece, self.masses, self.x, self.top, self.c, self.g = piece, masses, x, top, c, g
         self.unit_of_atom, self.expanded = unit_of_atom, expanded
+        # token -> (group, position, own) for the tokens of groups tiled token by token;
+        # group -> [(front, first, end, own, held), its piece once built]
+        self.local, self._groups = local if local is not None else ({}, {})
 
     @classmethod
     def build(cls, targets, masses, k, bucket_mass, desc, atom_of_bucket, bounds):
@@ -1058,9 +1084,19 @@ class _Spread:
             if built is None:
                 return None
             piece, own, gap, g, bad = built
-            if bad.size == 0:
+            local = None
+            if bad.size:  # in tiled groups: tile those groups token by token, in place
+                def unit_tokens(units, atom_of_unit=_inverse(unit_of_atom, u_p.size),
+                                token_of_unit={v: t for t, v in expanded.items()}):
+                    atoms = atom_of_unit[units]
+                    fetch(atoms[atoms >= 0])  # (one pass over the vocabulary)
+                    return [tokens_in(int(a)) if a >= 0 else np.array([token_of_unit[int(u)]])
+                            for a, u in zip(atoms, units)]
+
+                local = cls._tile_groups_by_token(piece, bad, unit_tokens, targets, masses)
+            if bad.size == 0 or local is not None:
                 top = np.concatenate([[0.0], np.cumsum(u_p)])
-                return cls(piece, u_p, u_q, top, own / gap, g, unit_of_atom, expanded)
+                return cls(piece, u_p, u_q, top, own / gap, g, unit_of_atom, expanded, local)
             # expand the buckets whose units do not fit (a token unit always fits)
             new = [int(a) for a in np.flatnonzero(np.isin(unit_of_atom, bad))]
             if not new or count(expand + new) > SPREAD_EXPAND_TOKENS:
@@ -1068,6 +1104,44 @@ class _Spread:
             expand += new
             fetch(expand)
         return None
+
+    @staticmethod
+    def _tile_groups_by_token(piece, bad, unit_tokens, targets, masses):
+        """``(local, groups)`` when every unit in ``bad`` lies in a tiled group: each such
+        group's slot is water-filled and tiled by the *tokens* of its units (the group's
+        total length and ``nu``-mass, so the rest of the piece is unchanged); else ``None``."""
+        n = piece.n
+        keys = {}
+        for u in bad.tolist():
+            front = u < piece.front.size
+            side = piece.front if front else piece.back
+            first = side.group_first(u if front else n - 1 - u)
+            if first < 0 or first not in side.tiled:
+                return None
+            keys[(front, first)] = side
+        local, groups, total = {}, {}, 0
+        for key, side in keys.items():
+            front, first = key
+            end = side.group_end(first)
+            units = np.arange(first, end) if front else n - 1 - np.arange(first, end)  # this side's order
+            tokens = np.concatenate([t if front else t[::-1] for t in unit_tokens(units)])
+            total += tokens.size
+            if total > SPREAD_GROUP_TOKENS:
+                return None
+            filled = side.fill_slot(masses[tokens], targets[tokens], float(side.edge(first)), float(side.edge(end)))
+            if filled is None:
+                return None
+            own, held, order = filled
+            groups[key] = [(front, first, end, own[order], held[order]), None]
+            local.update(zip(tokens[order].tolist(), zip([key] * tokens.size, range(tokens.size), own[order].tolist())))
+        return local, groups
+
+    def _group_piece(self, key):
+        """The piece tiling a group token by token, built at its first use."""
+        entry = self._groups[key]
+        if entry[1] is None:
+            entry[1] = self.piece.tile_slot(*entry[0])
+        return entry[1]
 
     @staticmethod
     def _tile(u_p, u_q, u_lo, u_hi, k):
@@ -1122,10 +1196,17 @@ class _Spread:
         """``l_t``: how much of unit ``u``'s own part a token owns."""
         return min(max((target - self.g * mass) * float(self.c[u]), 0.0), mass)
 
-    def fragments(self, u: int, mass: float, target: float) -> list[tuple[float, float, float]]:
-        """Key law of one token of unit ``u``: its share of the unit's own part and of the
-        pool, as ``(start, end, weight)``."""
+    def fragments(self, token: int, u: int, mass: float, target: float) -> list[tuple[float, float, float]]:
+        """Key law of ``token`` of unit ``u``: its share of the unit's own part (or of its
+        group's slot, tiled token by token) and of the pool, as ``(start, end, weight)``."""
         piece = self.piece
+        if token in self.local:
+            key, position, l_t = self.local[token]
+            out = self._group_piece(key).fragments(position, l_t) if l_t > 0.0 else []
+            if mass - l_t > 0.0:
+                out.append((piece.start + piece.pool_start, piece.start + piece.pool_start + piece.pool_len,
+                            (mass - l_t) / piece.pool_len))
+            return out
         l_t = self.own(u, mass, target)
         unit_own = piece._slot(u)[2]
         out = [(s, e, w * l_t / unit_own) for s, e, w in piece.fragments(u, unit_own)] if l_t > 0.0 else []
@@ -1134,9 +1215,15 @@ class _Spread:
                         (mass - l_t) / piece.pool_len))
         return out
 
-    def sample_key(self, u: int, mass: float, target: float, uniform: float) -> float:
-        """Global key of a draft of a token of unit ``u`` from one uniform number."""
+    def sample_key(self, token: int, u: int, mass: float, target: float, uniform: float) -> float:
+        """Global key of a draft of ``token`` (of unit ``u``) from one uniform number."""
         piece = self.piece
+        if token in self.local:
+            key, position, l_t = self.local[token]
+            w = uniform * mass
+            if w < l_t:
+                return self._group_piece(key).sample_key(position, l_t, w / l_t)
+            return float(piece.start + piece.pool_start + (w - l_t) / (mass - l_t) * piece.pool_len)
         l_t = self.own(u, mass, target)
         w = uniform * mass
         if w < l_t:
@@ -1265,6 +1352,14 @@ class _Atoms:
             return full(out, 0.0)
 
         return cls(masses, x, blocks, top, atom_of, ranks, token_x, bucket_atoms=n_buckets)
+
+
+def _inverse(unit_of_atom: np.ndarray, n_units: int) -> np.ndarray:
+    """``atom_of_unit``: the bucket atom of each unit (-1 for a token unit)."""
+    out = np.full(n_units, -1, dtype=np.int64)
+    kept = unit_of_atom >= 0
+    out[unit_of_atom[kept]] = np.flatnonzero(kept)
+    return out
 
 
 def _bucket_sums(targets, masses, bits, most=None):
@@ -1530,7 +1625,8 @@ class OptimalSelection(SelectionScheme):
         """
         where = self._locate(token)
         if where is not None and self.atoms.spread is not None:  # fact 6: the token's own split
-            return self.atoms.spread.fragments(where[2], float(self.draft[token]), float(self.target[token]))
+            return self.atoms.spread.fragments(int(token), where[2], float(self.draft[token]),
+                                               float(self.target[token]))
         if where is not None:
             j, i, a = where
             mass = float(self.atoms.masses[a])
@@ -1553,7 +1649,8 @@ class OptimalSelection(SelectionScheme):
     def _sample_key(self, token: int, uniform: float) -> float:
         where = self._locate(token)
         if where is not None and self.atoms.spread is not None:
-            return self.atoms.spread.sample_key(where[2], float(self.draft[token]), float(self.target[token]), uniform)
+            return self.atoms.spread.sample_key(int(token), where[2], float(self.draft[token]),
+                                                float(self.target[token]), uniform)
         if where is not None:
             j, i, a = where
             return self._piece(j).sample_key(i, float(self.atoms.masses[a]), uniform)

@@ -90,3 +90,40 @@ def optimum_one_case(rng: np.random.Generator, *, vocab: int, groups: int = 3):
     ratio = centres[rng.integers(groups, size=vocab)] * (1.0 + 1e-3 * rng.random(vocab))
     target = draft * ratio
     return draft / draft.sum(), target / target.sum()
+
+
+def tight_bucket_case(rng: np.random.Generator, *, num_drafts: int, buckets: int = 4, per: int = 2):
+    """A seeded ``(draft, target)`` of ``buckets`` clusters of ``per`` tokens (ratios ``q/p``
+    within a factor ``1 + 2e-5``: one ratio bucket each, unless a bucket edge splits them)
+    whose suffixes nearly reach ``q(R) = p(R)^K``: an optimum of 1 next to a nearly tight
+    suffix, where buckets of fact 6 must own (almost) all their length and come in tiled
+    groups."""
+    k = num_drafts
+    mass = rng.dirichlet(np.full(buckets, 1.0))
+    top = np.cumsum(mass)
+    top[-1] = 1.0
+    before = np.concatenate([[0.0], top[:-1]])
+    share = (top**k - before**k) * np.clip(1.0 + 0.05 * rng.standard_normal(buckets), 0.2, None)
+    share[top <= 0.7] *= 1.0 + 1e-3  # just above tight on the sparse side
+    share /= share.sum()
+    draft = np.repeat(mass / per, per) * (1.0 + 1e-3 * rng.random(buckets * per))
+    target = draft * np.repeat(share / mass, per) * (1.0 + 1e-5 * rng.random(buckets * per))
+    return draft / draft.sum(), target / target.sum()
+
+
+def near_tight_case(rng: np.random.Generator, *, vocab: int, num_drafts: int, noise: float = 0.05):
+    """A seeded ``(draft, target)`` whose suffix constraint ``q(R) >= p(R)^K`` (``R`` the
+    tokens of smallest ``q/p``) nearly binds along 60% of the draft mass, with ``q`` jittered
+    by ``noise``: many tokens need a slot longer than themselves, in long runs (the real
+    case that once took 50 ms per step)."""
+    k = num_drafts
+    draft = rng.dirichlet(np.full(vocab, 0.3))
+    top = np.cumsum(draft)
+    top[-1] = 1.0
+    before = np.concatenate([[0.0], top[:-1]])
+    target = (top**k - before**k) * np.clip(1.0 + noise * rng.standard_normal(vocab), 0.05, None)
+    target[top <= 0.6] *= 1.0 + 1e-3
+    rest = top > 0.6
+    target[rest] *= (1.0 - target[~rest].sum()) / target[rest].sum()
+    order = rng.permutation(vocab)
+    return draft[order], target[order] / target.sum()

@@ -16,7 +16,7 @@ from mspec import optimal_selection
 from mspec.optimal_selection import OptimalSelection, _argsort_positive, _Piece, _PoolPiece, lex_optimal_induced
 
 from sampling import chi2_pvalue, sample_counts
-from strategies import bucket_case, optimum_one_case, random_case
+from strategies import bucket_case, near_tight_case, optimum_one_case, random_case, tight_bucket_case
 
 
 def nu(intervals, k):
@@ -114,6 +114,23 @@ def test_groups_tiled_groups_and_the_greedy_fallback(monkeypatch):
         assert any(isinstance(pc, _PoolPiece) and getattr(pc, side).tiled for pc in pieces)
         np.testing.assert_allclose(output_distribution(rule)[0], target, atol=1e-12)
         assert assert_key_laws_tile(rule, k, range(draft.size))[2] < 1e-13
+    # A tiled group's slot is a piece of its own, realised again by slots and a pool (depth
+    # 1); where that fails, by the greedy inside the slot (forced here), still exact.
+    build = _PoolPiece.build.__func__
+    for forced in (False, True):
+        if forced:
+            monkeypatch.setattr(_PoolPiece, "build", classmethod(
+                lambda cls, *args: None if len(args) > 4 and args[4] > 0 else build(cls, *args)))
+        for k, draft, target in [(3, [0.15, 0.1, 0.04, 0.58, 0.13], [0.32, 0.2, 0.05, 0.2, 0.23]),
+                                 (2, [0.39, 0.09, 0.14, 0.38], [0.25, 0.02, 0.02, 0.71])]:
+            draft, target = np.array(draft), np.array(target)
+            rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
+            assert assert_key_laws_tile(rule, k, range(draft.size))[2] < 1e-13
+            np.testing.assert_allclose(output_distribution(rule)[0], target, atol=1e-12)
+            tilings = [t for j in range(rule.blocks.size - 1) for t in rule._piece(j)._tilings.values()]
+            assert tilings and all(isinstance(t, _Piece) if forced else isinstance(t, _PoolPiece) and t.depth == 1
+                                   for t in tilings)
+    monkeypatch.undo()
     # When no group works, the piece falls back to the greedy tiling, still exact (forced
     # here: no piece can be built from slots).
     monkeypatch.setattr(optimal_selection._PoolPiece, "build", classmethod(lambda cls, *args: None))
@@ -145,6 +162,46 @@ def test_tiled_groups_fill_the_extreme_tokens_first():
     assert any(x.max() == pytest.approx(1.0) and x.min() < 0.99 for x in shares)
     np.testing.assert_allclose(output_distribution(rule)[0], target, atol=1e-12)
     assert assert_key_laws_tile(rule, 2, range(50))[2] < 1e-13
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_runs_of_too_long_tokens_are_grouped_at_once(seed, monkeypatch):
+    # Next to a nearly tight suffix most tokens need a slot longer than themselves, in long
+    # runs. A run is grouped at once (not regrouped token by token: 296-490 attempts on
+    # these pairs before, ~100 now), every piece is still slots and a pool, and the key laws
+    # of all 1000 tokens tile [0, 1] with the right masses.
+    draft, target = near_tight_case(np.random.default_rng(seed), vocab=1000, num_drafts=4)
+    attempts = []
+    group = optimal_selection._Side._group
+    monkeypatch.setattr(optimal_selection._Side, "_group", lambda self, *args: attempts.append(1) or group(self, *args))
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=4, atoms="tokens")
+    pieces = [rule._piece(j) for j in range(rule.blocks.size - 1)]
+    assert all(isinstance(pc, _PoolPiece) for pc in pieces)
+    assert max(e - s for pc in pieces for side in (pc.front, pc.back) for s, e in side.group_spans()) > 50
+    assert len(attempts) < 200, len(attempts)
+    assert rule.acceptance() == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=4), abs=1e-12)
+    assert assert_key_laws_tile(rule, 4, range(draft.size))[2] < 1e-12
+
+
+def test_slot_edges_are_accurate_even_where_ill_conditioned(monkeypatch):
+    # u^K - g u = rhs on both branches, also within 1e-7 of the minimum u* (a double root
+    # there: the root moves by ~sqrt(rounding)): the residual ends at rounding level, and
+    # Newton stops there (a dozen steps at most, not NEWTON_STEPS of creeping).
+    monkeypatch.setattr(optimal_selection, "NEWTON_STEPS", 12)
+    rng = np.random.default_rng(5)
+    for k in (3, 4, 5, 8):
+        for g in (0.4, 1.0, 1.6):
+            u_star = (g / k) ** (1 / (k - 1))
+            near = u_star * (1 + 1e-7 * rng.uniform(-1, 1, 50))
+            for rising, u in [(True, u_star + rng.random(500) * (1.5 - u_star)), (False, rng.random(500) * u_star),
+                              (True, near[near > u_star]), (False, near[near < u_star])]:
+                rhs = u**k - g * u
+                for chunk in (rhs, rhs[:5]):  # vectorised and scalar paths
+                    z = optimal_selection._power_root(chunk, g, k, rising, 1.5 if rising else 0.0)
+                    zl, r = z.astype(np.longdouble), chunk.astype(np.longdouble)
+                    residual = np.abs(zl**k - g * zl - r)
+                    assert np.all(residual <= 2e-15 * (np.abs(r) + g * zl + zl**k)), (k, g, rising)
+                    assert np.all((z >= u_star * (1 - 1e-9)) if rising else (z <= u_star * (1 + 1e-9)))
 
 
 def _cases(seed, count, max_vocab, ks):
@@ -488,6 +545,36 @@ def test_spread_expands_buckets_into_tokens(monkeypatch):
         assert accept == pytest.approx(1.0, abs=1e-12)
         assert_key_laws_tile(rule, 3, range(draft.size))
     assert expanded >= 10, expanded
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_spread_tiles_nearly_tight_groups_token_by_token(k):
+    # Next to a nearly tight suffix, buckets of fact 6 own (almost) all their length in a
+    # tiled group, so their tokens cannot share the bucket's part evenly. The group's slot
+    # is then water-filled and tiled by the buckets' tokens themselves (same length and
+    # nu-mass in all, so the rest of the piece stays). Exact by enumeration; a control with
+    # one token's owned length halved breaks it.
+    rng = np.random.default_rng(31 + k)
+    found = []
+    for _ in range(400):
+        draft, target = tight_bucket_case(rng, num_drafts=k, buckets=int(rng.integers(3, 5)))
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k, atoms="buckets")
+        if rule.atoms.spread is None or not rule.atoms.spread.local:
+            continue
+        found.append(rule)
+        law, accept = output_distribution(rule)
+        np.testing.assert_allclose(law, target, atol=1e-12)
+        assert accept == pytest.approx(1.0, abs=1e-12)
+        assert assert_key_laws_tile(rule, k, range(draft.size))[2] < 1e-13
+        if len(found) == 4:
+            break
+    assert len(found) == 4
+    rule = found[0]
+    token, (key, position, own) = next(iter(rule.atoms.spread.local.items()))
+    rule.atoms.spread.local[token] = (key, position, own / 2)
+    law = rule.key_fragments(token)
+    assert abs(length(law) - rule.draft[token]) + abs(nu(law, k) - rule.target[token]) > 1e-6
+    assert np.abs(output_distribution(rule)[0] - rule.target).max() > 1e-6
 
 
 @pytest.mark.parametrize("temperature", [1.2, 1.5])
