@@ -899,6 +899,10 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
     z, r = u[active], rhs.reshape(-1)[active]
     # the slope keeps its branch's sign (it is 0 only at u*, which the iterates never pass)
     tiny = np.finfo(float).tiny
+    # rounding level of the residual u^K - g u - rhs anywhere on the branch: below it the
+    # root is as good as the data (near u* it is ill-conditioned and Newton would only creep)
+    # (each entry's scale from its start, which is within a small factor of its root)
+    noise = 4e-16 * (np.abs(r) + z * (_power(z.copy(), k - 1) + g))
     for step_count in range(NEWTON_STEPS):
         if not active.size:
             break
@@ -908,20 +912,22 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
         value = power - g
         value *= z
         value -= r
-        check = step_count >= 2  # (Newton from these starts needs at least three steps)
-        if check:  # a residual at rounding level: near u* the root is ill-conditioned and
-            # further steps only move z by rounding noise / slope
-            settled = np.abs(value) <= 4e-16 * (np.abs(r) + z * (power + g))
+        if step_count >= 8:  # the stragglers: converged entries leave one by one
+            settled = np.abs(value) <= noise
+        elif step_count >= 2 and np.all(np.abs(value) <= noise):  # (from these starts Newton needs 3+ steps)
+            break
         step = np.divide(value, slope, out=value)
         z -= step
-        if check:
+        if step_count >= 8:
             done = settled | (np.abs(step) <= NEWTON_STEP_TOLERANCE * np.maximum(z, 0.5))
             if done.all():
                 break
-            if done.any():  # converged entries leave
+            if done.any():
                 u[active[done]] = z[done]
                 keep = ~done
-                active, z, r = active[keep], z[keep], r[keep]
+                active, z, r, noise = active[keep], z[keep], r[keep], noise[keep]
+        elif step_count >= 2 and np.abs(step).max() <= NEWTON_STEP_TOLERANCE * 0.5:
+            break
     u[active] = z
     return u.reshape(rhs.shape)
 
