@@ -586,18 +586,17 @@ class _PoolPiece:
         front = _Side(
             masses[:n_front], targets[:n_front], g,
             want=np.cumsum(targets[:n_front] - g * masses[:n_front]),  # Phi(C_t) = H(C_t) - g C_t
-            edge_of=lambda want: base - _power_root(np.maximum(top_value - want, phi_star), g, k, True, base),
+            root=(lambda want: np.maximum(top_value - want, phi_star), lambda u: base - u, k, True, base),
             window_nu=lambda lo, hi: big_h(hi) - big_h(lo),
             extent=base - u_star, most=top_value - phi_star, denser=True)
         back = _Side(  # measured from the bottom of the piece, the sparsest token first
             masses[n - n_back:][::-1], targets[n - n_back:][::-1], g,
             want=np.cumsum((g * masses[n - n_back:] - targets[n - n_back:])[::-1]),  # Psi(D_t)
-            edge_of=lambda want: _power_root(np.maximum(bottom_value - want, phi_star), g, k, False, bottom) - bottom,
+            root=(lambda want: np.maximum(bottom_value - want, phi_star), lambda u: u - bottom, k, False, bottom),
             window_nu=lambda lo, hi: big_h(length - lo) - big_h(length - hi),
             extent=u_star - bottom, most=bottom_value - phi_star, denser=False)
         if all_edges:
-            for side in (front, back):
-                side.edge(np.arange(side.size + 1))
+            _Side.solve_all(front, back)
         if not (front.settle() and back.settle()):
             return None
         return cls(start, length, n, front, back, k, depth)
@@ -690,9 +689,12 @@ class _Side:
     fit are grouped with the tokens before them (:meth:`settle`).
     """
 
-    def __init__(self, masses, targets, g, *, want, edge_of, window_nu, extent, most, denser):
+    def __init__(self, masses, targets, g, *, want, root, window_nu, extent, most, denser):
         self.masses, self.targets, self.g, self.want = masses, targets, g, want
-        self.edge_of, self.window_nu, self.denser = edge_of, window_nu, denser
+        # edges[i + 1] = to_edge(u) where u^K - g u = rhs_of(want[i]) on the branch rising
+        # (or not), whose far end is far
+        self.rhs_of, self.to_edge, self.k, self.rising, self.far = root
+        self.window_nu, self.denser = window_nu, denser
         self.extent, self.most = extent, most
         self.size = masses.size
         self.edges = np.full(self.size + 1, np.nan)
@@ -722,8 +724,21 @@ class _Side:
         idx = np.atleast_1d(i)
         missing = idx[np.isnan(self.edges[idx])]
         if missing.size:  # (a repeated index is solved twice, to the same value)
-            self.edges[missing] = np.clip(self.edge_of(self.want[missing - 1]), 0.0, self.extent)
+            roots = _power_root(self.rhs_of(self.want[missing - 1]), self.g, self.k, self.rising, self.far)
+            self.edges[missing] = np.clip(self.to_edge(roots), 0.0, self.extent)
         return self.edges[i]
+
+    @staticmethod
+    def solve_all(front: "_Side", back: "_Side") -> None:
+        """Every edge of both sides, in one Newton iteration (one call's overhead, not two)."""
+        if front.size + back.size <= 16:
+            for side in (front, back):
+                side.edge(np.arange(side.size + 1))
+            return
+        rhs = [side.rhs_of(side.want) for side in (front, back)]
+        roots = _power_root_both(rhs[0], rhs[1], front.g, front.k, front.far, back.far)
+        for side, part in zip((front, back), (roots[: front.size], roots[front.size :])):
+            side.edges[1:] = np.clip(side.to_edge(part), 0.0, side.extent)
 
     def settle(self) -> bool:
         """Find the tokens that need a group, and group them; False if impossible."""
@@ -894,9 +909,33 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
             flat[i] = z
         return out
     starts = np.where(rhs <= phi_star, u_star, _newton_starts(rhs, g, k, rising, start))
-    u = np.array(starts, dtype=float).reshape(-1)
-    active = np.flatnonzero(rhs.reshape(-1) > phi_star)
-    z, r = u[active], rhs.reshape(-1)[active]
+    return _newton(starts.reshape(-1), rhs.reshape(-1), g, k, 1.0 if rising else -1.0, phi_star).reshape(rhs.shape)
+
+
+def _power_root_both(rising_rhs: np.ndarray, falling_rhs: np.ndarray, g: float, k: int, rising_start: float,
+                     falling_start: float) -> np.ndarray:
+    """:func:`_power_root` on the rising branch for ``rising_rhs`` and on the falling one for
+    ``falling_rhs``, concatenated, with one Newton iteration for all."""
+    if k == 2:
+        return np.concatenate([_power_root(rising_rhs, g, k, True, rising_start),
+                               _power_root(falling_rhs, g, k, False, falling_start)])
+    u_star = (g / k) ** (1.0 / (k - 1))
+    phi_star = u_star**k - g * u_star
+    rhs = np.concatenate([rising_rhs, falling_rhs])
+    starts = np.concatenate([_newton_starts(rising_rhs, g, k, True, rising_start),
+                             _newton_starts(falling_rhs, g, k, False, falling_start)])
+    sign = np.concatenate([np.ones(rising_rhs.size), -np.ones(falling_rhs.size)])
+    return _newton(np.where(rhs <= phi_star, u_star, starts), rhs, g, k, sign, phi_star)
+
+
+def _newton(starts: np.ndarray, rhs: np.ndarray, g: float, k: int, sign, phi_star: float) -> np.ndarray:
+    """Newton's method for ``u^K - g u = rhs`` from ``starts`` (beyond the roots), on the
+    branch where the slope has the sign ``sign`` (+1 rising, -1 falling; a scalar or per
+    entry); entries with ``rhs <= phi*`` keep their start (``u*``)."""
+    u = np.array(starts, dtype=float)
+    active = np.flatnonzero(rhs > phi_star)
+    z, r = u[active], rhs[active]
+    sign = sign if np.isscalar(sign) else sign[active]
     # the slope keeps its branch's sign (it is 0 only at u*, which the iterates never pass)
     tiny = np.finfo(float).tiny
     # rounding level of the residual u^K - g u - rhs anywhere on the branch: below it the
@@ -908,7 +947,9 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
             break
         power = _power(z * z, (k - 1) // 2) * (z if k % 2 == 0 else 1.0) if k > 2 else z.copy()
         slope = k * power - g
-        slope = np.maximum(slope, tiny, out=slope) if rising else np.minimum(slope, -tiny, out=slope)
+        slope *= sign
+        np.maximum(slope, tiny, out=slope)
+        slope *= sign
         value = power - g
         value *= z
         value -= r
@@ -926,10 +967,11 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
                 u[active[done]] = z[done]
                 keep = ~done
                 active, z, r, noise = active[keep], z[keep], r[keep], noise[keep]
+                sign = sign if np.isscalar(sign) else sign[keep]
         elif step_count >= 2 and np.abs(step).max() <= NEWTON_STEP_TOLERANCE * 0.5:
             break
     u[active] = z
-    return u.reshape(rhs.shape)
+    return u
 
 
 def _newton_starts(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -> np.ndarray:
@@ -937,10 +979,13 @@ def _newton_starts(rhs: np.ndarray, g: float, k: int, rising: bool, start: float
 
     ``phi(u) = u^K - g u`` has its minimum ``phi*`` at ``u* = (g / K)^(1 / (K - 1))``, and
     its third derivative is >= 0. On the rising branch ``phi`` lies above its quadratic
-    Taylor polynomial at ``u*``, so that polynomial's root is beyond the root. On the
+    Taylor polynomial at ``u*``, so that polynomial's root is beyond the root; so is each
+    step of ``u = (rhs + g u)^(1/K)`` from ``start`` (better far from ``u*``). On the
     falling branch the polynomial's root lies between the root and ``u*``; one Newton step
-    from there (a tangent lies below a convex function) lands beyond the root. Either way
-    no further than ``start``, the far end of the branch, which is beyond the root too.
+    from there (a tangent lies below a convex function) lands beyond the root; so does
+    ``-rhs / g`` plus one fixed-point step, better far from ``u*`` (the larger of the two
+    is taken). Either way no further than ``start``, the far end of the branch, which is
+    beyond the root too.
     """
     u_star = (g / k) ** (1.0 / (k - 1))
     phi_star = u_star**k - g * u_star
@@ -948,12 +993,21 @@ def _newton_starts(rhs: np.ndarray, g: float, k: int, rising: bool, start: float
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         half = np.sqrt(np.maximum(2.0 * (rhs - phi_star), 0.0) / curve)
         if rising:  # (not at u* itself, where the slope is 0 up to rounding)
-            return np.minimum(u_star + np.maximum(half, 1e-6 * u_star), start)
+            # far from u*, better: two steps of u = (rhs + g u)^(1/K) from the far end, which
+            # fall monotonically to the root (the map's slope g / (K u^(K-1)) is below 1 there)
+            far = np.full(rhs.shape, float(start))
+            for _ in range(2):
+                far = np.power(np.maximum(rhs + g * far, 0.0), 1.0 / k)
+            return np.minimum(np.minimum(u_star + np.maximum(half, 1e-6 * u_star), start), far)
         z = u_star - half
         power = _power(z.copy(), k - 1)
         slope = k * power - g
         z = z - np.where(slope < 0.0, ((power - g) * z - rhs) / slope, np.inf)
-        return np.where(np.isfinite(z), np.maximum(z, start), start)
+        # far from u*, better: u0 = -rhs / g and one step of u = (u^K - rhs) / g from it
+        # (phi(u0) - rhs = u0^K >= 0, so u0 and the step, u0 + u0^K / g, stay below the root)
+        small = -rhs / g
+        small += _power(small.copy(), k) / g
+        return np.maximum(np.where(np.isfinite(z), np.maximum(z, start), start), small)
 
 
 def _newton_start(rhs: float, g: float, k: int, rising: bool, start: float, u_star: float, phi_star: float) -> float:
