@@ -1310,8 +1310,10 @@ class _Atoms:
             of a bucket spread over its own part and the pool in their own proportions).
     """
 
-    def __init__(self, masses, x, blocks, top, atom_of, ranks, token_x, bucket_atoms=0, spread=None):
+    def __init__(self, masses, x, blocks, top, atom_of, ranks, token_x, bucket_atoms=0, spread=None,
+                 positive=False):
         self.masses, self.x, self.blocks, self.top = masses, x, blocks, top
+        self.positive = positive  # every p and q > 0 (checked)
         self.spread = spread  # a _Spread (fact 6): tokens of an atom do not share one key law
         # atom_of(t): atom of token t (-1: none); ranks(): all of them, (V,);
         # token_x(): x of every token, (V,) (0 where p = 0 or q = 0)
@@ -1337,14 +1339,18 @@ class _Atoms:
     def buckets(cls, draft, target, k):
         """Ratio buckets as atoms (fact 5). ``None`` (use :meth:`tokens`) if ``q/p``
         overflows or no token has ``p > 0`` and ``q > 0``."""
-        positive = draft.min() > 0.0 and target.min() > 0.0  # the usual case: no gathering
-        main = None if positive else np.flatnonzero((draft > 0) & (target > 0))
-        pm, qm = (draft, target) if main is None else (draft[main], target[main])
-        if pm.size == 0:  # no token with p > 0 and q > 0: nothing to bucket
-            return None
-        sums = _bucket_sums(qm, pm, BUCKET_BITS)
-        if sums is None:  # q/p overflowed
-            return None
+        # the usual case (softmax outputs): every p, q > 0, seen from the buckets themselves
+        # (a zero p makes q/p infinite or NaN, a zero q makes it 0: the extreme bucket keys)
+        main, pm, qm = None, draft, target
+        sums = _bucket_sums(qm, pm, BUCKET_BITS, positive=True)
+        if sums is None:  # some p or q is 0 (or q/p overflowed): only tokens with p, q > 0
+            main = np.flatnonzero((draft > 0) & (target > 0))
+            pm, qm = draft[main], target[main]
+            if pm.size == 0:  # no token with p > 0 and q > 0: nothing to bucket
+                return None
+            sums = _bucket_sums(qm, pm, BUCKET_BITS)
+            if sums is None:  # q/p overflowed
+                return None
         if main is None and _may_be_one(sums[2], sums[3], k):  # try fact 6 first: no bucket problem
             desc, occupied, bucket_mass, r_lo, r_hi, nb = sums
             atom_of_bucket = np.full(nb, -1, dtype=np.int64)
@@ -1355,7 +1361,7 @@ class _Atoms:
                 return cls(spread.masses, spread.x, np.array([0, n_units]), spread.top,
                            lambda t: spread.unit_of(t, int(atom_of_bucket[desc[t]])),
                            lambda: spread.units(atom_of_bucket[desc]), lambda: target.copy(),
-                           bucket_atoms=n_units - len(spread.expanded), spread=spread)
+                           bucket_atoms=n_units - len(spread.expanded), spread=spread, positive=True)
         masses, x, blocks, top, desc, atom_of_bucket, uncertified, bounds = _bucket_level(
             qm, pm, k, 0.0, BUCKET_BITS, sums=sums)
         n_buckets = masses.size
@@ -1411,7 +1417,7 @@ class _Atoms:
                 out[split_pos] = pm[split_pos] * level[split_atoms]
             return full(out, 0.0)
 
-        return cls(masses, x, blocks, top, atom_of, ranks, token_x, bucket_atoms=n_buckets)
+        return cls(masses, x, blocks, top, atom_of, ranks, token_x, bucket_atoms=n_buckets, positive=main is None)
 
 
 def _inverse(unit_of_atom: np.ndarray, n_units: int) -> np.ndarray:
@@ -1422,20 +1428,23 @@ def _inverse(unit_of_atom: np.ndarray, n_units: int) -> np.ndarray:
     return out
 
 
-def _bucket_sums(targets, masses, bits, most=None):
+def _bucket_sums(targets, masses, bits, most=None, positive=False):
     """Bucket tokens by ``bits`` mantissa bits of ``q/p`` (one pass, no sort).
 
     Returns:
-        ``None`` if ``q/p`` overflowed (or the buckets would span ``most`` keys or more),
-        else ``(desc, occupied, bucket_mass, r_lo, r_hi, n_keys)``: each token's bucket
+        ``None`` if ``q/p`` overflowed (or the buckets would span ``most`` keys or more, or,
+        with ``positive``, some ratio is 0, subnormal, infinite or NaN), else ``(desc, occupied, bucket_mass, r_lo, r_hi, n_keys)``: each token's bucket
         (0 holds the largest ratios), the buckets that hold tokens, their draft masses and
         ratio ranges ``[r_lo, r_hi)``, and the number of bucket keys.
     """
     shift = np.uint64(52 - bits)
-    ratio = np.divide(targets, masses)
+    with np.errstate(divide="ignore", invalid="ignore"):  # (p = 0: seen below)
+        ratio = np.divide(targets, masses)
     key = np.right_shift(ratio.view(np.uint64), shift, out=ratio.view(np.uint64)).view(np.int64)  # rises with q/p
     hi, lo = int(key.max()), int(key.min())
     if hi >= int(np.float64(np.inf).view(np.uint64) >> shift) or (most is not None and hi - lo >= most):
+        return None
+    if positive and lo < 1 << bits:  # exponent bits 0: a ratio of 0 (or subnormal)
         return None
     desc = np.subtract(hi, key, out=key)  # bucket 0 holds the largest ratios
     nb = hi - lo + 1
@@ -1610,7 +1619,10 @@ class OptimalSelection(SelectionScheme):
             self._pieces[0] = self.atoms.spread.piece
         # tokens drafted but never in the target come last, each its own interval
         # (their x does not matter: min(q, x) = 0 and the residual is 0 there)
-        self.rest = np.flatnonzero((p > 0) & (q == 0)) if not q.all() else np.zeros(0, dtype=np.int64)
+        if self.atoms.positive:  # (known from the buckets: no q = 0)
+            self.rest = np.zeros(0, dtype=np.int64)
+        else:
+            self.rest = np.flatnonzero((p > 0) & (q == 0)) if not q.all() else np.zeros(0, dtype=np.int64)
         self.rest_top = self.top[-1] + np.concatenate([[0.0], np.cumsum(p[self.rest])])
         self._rest_pos = {int(t): i for i, t in enumerate(self.rest)}
         self._induced_cache = None  # built at the first rejection (or when asked)
@@ -1672,6 +1684,8 @@ class OptimalSelection(SelectionScheme):
         a = self.atoms.atom_of(token)
         if a < 0:
             return None
+        if self.blocks.size == 2:  # one piece (fact 6 always)
+            return 0, a, a
         j = int(np.searchsorted(self.blocks, a, side="right")) - 1
         return j, int(a - self.blocks[j]), a
 
