@@ -699,6 +699,7 @@ class _Side:
         self.size = masses.size
         self.edges = np.full(self.size + 1, np.nan)
         self.edges[0] = 0.0
+        self.solved = self.size == 0  # all edges known
         # groups: (first, end, own) of every token, as arrays made at the first group
         # (first = -1: no group); first -> (own lengths, nu-masses, tokens) of a tiled
         # group, densest first
@@ -734,17 +735,23 @@ class _Side:
         if front.size + back.size <= 16:
             for side in (front, back):
                 side.edge(np.arange(side.size + 1))
+                side.solved = True
             return
         rhs = [side.rhs_of(side.want) for side in (front, back)]
         roots = _power_root_both(rhs[0], rhs[1], front.g, front.k, front.far, back.far)
         for side, part in zip((front, back), (roots[: front.size], roots[front.size :])):
             side.edges[1:] = np.clip(side.to_edge(part), 0.0, side.extent)
+            side.solved = True
 
     def settle(self) -> bool:
         """Find the tokens that need a group, and group them; False if impossible."""
         if self.size == 0:
             return True
         masses, g = self.masses, self.g
+        if self.solved:  # every edge is known: check every slot
+            widths = np.diff(self.edges)
+            too_long = np.flatnonzero(widths > masses * (1.0 + SLOT_TOLERANCE) + EDGE_TOLERANCE)
+            return self._group_all(too_long)
         if self.size <= 64 or self.extent <= 0.0 or self.most <= 0.0:
             suspects = np.arange(self.size)
         else:
@@ -760,7 +767,13 @@ class _Side:
             self.edge(np.flatnonzero(needed))
             widths = self.edges[suspects + 1] - self.edges[suspects]
             too_long = suspects[widths > masses[suspects] * (1.0 + SLOT_TOLERANCE) + EDGE_TOLERANCE]
-        dens = self.targets / masses
+        return self._group_all(too_long)
+
+    def _group_all(self, too_long: np.ndarray) -> bool:
+        """Group the tokens ``too_long`` (ascending) with their neighbours; False if impossible."""
+        if not too_long.size:
+            return True
+        dens = self.targets / self.masses
         i = 0
         while i < too_long.size:
             t = int(too_long[i])
