@@ -884,7 +884,10 @@ class _Side:
         s = self.group_first(i)
         if s >= 0:
             return float(self.edge(s)), float(self.edge(int(self._end[i]))), float(self._own[i])
-        lo, hi = self.edge(np.array([i, i + 1]))
+        if self.solved:
+            lo, hi = self.edges[i], self.edges[i + 1]
+        else:
+            lo, hi = self.edge(np.array([i, i + 1]))
         return float(lo), float(hi), float(min(hi - lo, self.masses[i]))
 
 
