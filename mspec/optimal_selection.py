@@ -125,6 +125,8 @@ SLOT_TOLERANCE = 1e-12
 TILINGS = ("pool", "greedy")
 #: most tokens in one group (a token needing more falls back to the greedy for its piece)
 MAX_GROUP = 4096
+#: a piece of at most this many atoms solves all its slot edges at once
+ALL_EDGES_BELOW = 4096
 #: tiled groups are realised as pieces of slots and a pool down to this depth (then greedily)
 MAX_DEPTH = 8
 #: absolute rounding of a slot edge (the edges are solved to ~1e-16)
@@ -1691,7 +1693,8 @@ class OptimalSelection(SelectionScheme):
         if j not in self._pieces:
             a, b = self.blocks[j], self.blocks[j + 1]
             args = (self.atoms.masses[a:b], self.atoms.x[a:b], self.top[a], self.num_drafts)
-            piece = _PoolPiece.build(*args) if self.tiling == "pool" else None
+            # (one Newton iteration for every edge beats two for the suspects, up to a size)
+            piece = _PoolPiece.build(*args, all_edges=b - a <= ALL_EDGES_BELOW) if self.tiling == "pool" else None
             self._pieces[j] = piece if piece is not None else _Piece(*args)
         return self._pieces[j]
 
