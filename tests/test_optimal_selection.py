@@ -120,7 +120,7 @@ def test_groups_tiled_groups_and_the_greedy_fallback(monkeypatch):
     for forced in (False, True):
         if forced:
             monkeypatch.setattr(_PoolPiece, "build", classmethod(
-                lambda cls, *args: None if len(args) > 4 and args[4] > 0 else build(cls, *args)))
+                lambda cls, *args, **kw: None if len(args) > 4 and args[4] > 0 else build(cls, *args, **kw)))
         for k, draft, target in [(3, [0.15, 0.1, 0.04, 0.58, 0.13], [0.32, 0.2, 0.05, 0.2, 0.23]),
                                  (2, [0.39, 0.09, 0.14, 0.38], [0.25, 0.02, 0.02, 0.71])]:
             draft, target = np.array(draft), np.array(target)
@@ -133,7 +133,7 @@ def test_groups_tiled_groups_and_the_greedy_fallback(monkeypatch):
     monkeypatch.undo()
     # When no group works, the piece falls back to the greedy tiling, still exact (forced
     # here: no piece can be built from slots).
-    monkeypatch.setattr(optimal_selection._PoolPiece, "build", classmethod(lambda cls, *args: None))
+    monkeypatch.setattr(optimal_selection._PoolPiece, "build", classmethod(lambda cls, *args, **kw: None))
     draft, target = np.array([0.08, 0.03, 0.47, 0.21, 0.21]), np.array([0.03, 0.04, 0.14, 0.31, 0.48])
     rule = OptimalSelection(draft=draft, target=target, num_drafts=3)
     assert "greedy" in [rule.realisation(t) for t in range(5)]
