@@ -50,9 +50,13 @@ and each puts the rest of its length into one shared *pool* between them. The sl
 solve ``H(C) - g C = sum (x - g p)`` over the tokens so far (prefix sums, one vectorised
 root solve), which makes the pool's mean density exactly ``g`` and every token's
 ``nu``-mass exactly ``x_t`` (``_PoolPiece``). A token that would need a slot longer
-than itself shares one with the tokens before it (a group, spread evenly, or tiled by the
-greedy of fact 3 inside the group's slot next to a nearly tight prefix or suffix); if even
-that fails the piece falls back to the greedy. Only the edges that are needed are solved.
+than itself shares one with the tokens before it (a group, spread evenly; a run of such
+tokens makes one group at once). Next to a nearly tight prefix or suffix the members
+instead fill the group's slot by water-filling and *tile* it: the slot is then tight, a
+piece of its own, realised again by slots and a pool (the greedy of fact 3 only where
+that fails); if no group works, the piece falls back to the greedy. Pieces of up to 4096
+atoms solve all their edges in one vectorised Newton iteration; larger ones only the
+edges that a chord bound cannot clear.
 
 Sampling needs only the drafted tokens' key laws, so pieces are built lazily, only those
 the drafts reach.
@@ -84,7 +88,12 @@ part and the rest of its length, ``p_t - l_t``, in the pool, with
 bucket's own part. Then ``sum_t l_t = own_a`` and token ``t``'s ``nu``-mass is
 ``l_t d_a + (p_t - l_t) g = p_t b_t = q_t``. It needs ``0 <= l_t <= p_t``: every bucket lies
 on one side of ``g = 1`` (a power of two is a bucket edge), and ``b_t <= d_a`` (front) or
-``b_t >= d_a`` (back), checked with the bucket's ratio range; if any check fails, fact 5.
+``b_t >= d_a`` (back), checked with the bucket's ratio range. A bucket that owns (nearly) all
+its length fails it; such buckets sit in tiled groups next to a nearly tight suffix or
+prefix, whose slots are then water-filled and tiled by the buckets' *tokens* in place
+(the group keeps its length and ``nu``-mass, so nothing else changes). A failing bucket
+elsewhere is expanded into token units and the slots are built again; if that needs too
+many tokens, fact 5. Fact 6 is tried first when the bucket sums allow an optimum of 1.
 
 Exactness: the output law is exactly ``q`` (single-draft speculative sampling from the
 induced ``x``; the key laws realise ``x`` up to float rounding, ~1e-15) and

@@ -21,8 +21,9 @@ construction before buckets), and how many drafted tokens fell back to the greed
 
 With ``--real N`` (default 4) the same first step is timed on *real* next-token
 distributions: the offline default model pair (SmolLM2-135M drafting for itself at
-temperature 1.5) along ``N`` Dolly prompts, 16 positions each, K = 2, 4, 8, split by
-whether the optimum is exactly 1 (fact 6 of :mod:`mspec.optimal_selection`: no sort).
+temperature 1.5) along ``N`` prompts of each of ``--real-datasets`` (default Dolly), 16
+positions each, K = 2, 4, 8, split by whether the optimum is exactly 1 (fact 6 of
+:mod:`mspec.optimal_selection`: no sort).
 """
 
 from __future__ import annotations
@@ -63,8 +64,10 @@ def add_arguments(parser):
     parser.add_argument("--first-step-max-vocab", type=int, default=262144,
                         help="time the first selection step only up to this V (it can take seconds)")
     parser.add_argument("--real", type=int, default=4,
-                        help="Dolly prompts for the first step on real distributions of the offline default "
-                             "(16 positions each; 0 skips it)")
+                        help="prompts per dataset for the first step on real distributions of the offline "
+                             "default (16 positions each; 0 skips it)")
+    parser.add_argument("--real-datasets", nargs="+", default=["dolly"], choices=["dolly", "xsum", "wmt"],
+                        help="datasets whose prompts --real takes (default: dolly)")
     parser.add_argument("--full-repeats", type=int, default=60,
                         help="timed calls per figure of that table (interleaved in chunks of 5)")
 
@@ -144,7 +147,9 @@ def real_distribution_table(args, positions: int = 16, drafts=(2, 4, 8), repeats
 
     torch.set_num_threads(1)
     pair = load_pair("smollm2")
-    prompts = common.load_dataset_prompts(pair, "dolly", args.real, source="auto", max_chars=1000)
+    datasets = getattr(args, "real_datasets", ["dolly"])
+    prompts = [prompt for name in datasets
+               for prompt in common.load_dataset_prompts(pair, name, args.real, source="auto", max_chars=1000)]
     rng = np.random.default_rng(args.seed)
     rows = []  # (K, optimum is 1, spread used, single s, first step s)
     for prompt in prompts:
@@ -164,7 +169,7 @@ def real_distribution_table(args, positions: int = 16, drafts=(2, 4, 8), repeats
                 rows.append((k, one, rule.atoms.spread is not None, float(np.mean(times["single"])),
                              float(np.mean(times["first"]))))
     print(f"\nfirst step on real distributions: {pair.description.split(';')[0]}, draft = the same model at "
-          f"T = 1.5, V = {pair.vocab_size}; {len(prompts)} Dolly prompts x {positions} positions; "
+          f"T = 1.5, V = {pair.vocab_size}; {len(prompts)} prompts ({', '.join(datasets)}) x {positions} positions; "
           f"mean ms over {repeats} calls each, interleaved")
     print(f"{'K':>2} {'positions':>18} {'n':>4} {'no sort':>8} {'single':>8} {'1st step':>9} {'x single':>9} "
           f"{'1st med':>8}")
