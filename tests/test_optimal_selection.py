@@ -547,13 +547,19 @@ def test_spread_expands_buckets_into_tokens(monkeypatch):
     assert expanded >= 10, expanded
 
 
+@pytest.mark.parametrize("greedy_inside", [False, True])
 @pytest.mark.parametrize("k", [2, 3, 4])
-def test_spread_tiles_nearly_tight_groups_token_by_token(k):
+def test_spread_tiles_nearly_tight_groups_token_by_token(k, greedy_inside, monkeypatch):
     # Next to a nearly tight suffix, buckets of fact 6 own (almost) all their length in a
     # tiled group, so their tokens cannot share the bucket's part evenly. The group's slot
     # is then water-filled and tiled by the buckets' tokens themselves (same length and
-    # nu-mass in all, so the rest of the piece stays). Exact by enumeration; a control with
-    # one token's owned length halved breaks it.
+    # nu-mass in all, so the rest of the piece stays), with slots and a pool inside it or
+    # (forced) the greedy. Exact by enumeration; a control with one token's owned length
+    # halved breaks it.
+    if greedy_inside:
+        build = _PoolPiece.build.__func__
+        monkeypatch.setattr(_PoolPiece, "build", classmethod(
+            lambda cls, *args, **kw: None if len(args) > 4 and args[4] > 0 else build(cls, *args, **kw)))
     rng = np.random.default_rng(31 + k)
     found = []
     for _ in range(400):
@@ -566,6 +572,8 @@ def test_spread_tiles_nearly_tight_groups_token_by_token(k):
         np.testing.assert_allclose(law, target, atol=1e-12)
         assert accept == pytest.approx(1.0, abs=1e-12)
         assert assert_key_laws_tile(rule, k, range(draft.size))[2] < 1e-13
+        inside = {type(rule.atoms.spread._group_piece(key)) for key in rule.atoms.spread._groups}
+        assert inside == ({_Piece} if greedy_inside else {_PoolPiece}), inside
         if len(found) == 4:
             break
     assert len(found) == 4
