@@ -147,6 +147,8 @@ ATOMS = ("auto", "tokens", "buckets")
 BUCKET_MIN_VOCAB = 4096
 #: mantissa bits of q/p that name a bucket: ratios in one bucket differ by a factor < 1 + 2^-6
 BUCKET_BITS = 6
+#: fact 6 tries coarser buckets first (fewer units: cheaper; 6 bits if they fail)
+SPREAD_BITS = 4
 #: relative margin of the bucket certificate (float rounding of q/p and of x never flips it)
 CERTIFICATE_MARGIN = 1e-12
 #: fact 6 checks at most this many buckets token by token where the bucket bound is too loose
@@ -1379,16 +1381,18 @@ class _Atoms:
             if sums is None:  # q/p overflowed
                 return None
         if main is None and _may_be_one(sums[2], sums[3], k):  # try fact 6 first: no bucket problem
-            desc, occupied, bucket_mass, r_lo, r_hi, nb = sums
-            atom_of_bucket = np.full(nb, -1, dtype=np.int64)
-            atom_of_bucket[occupied] = np.arange(occupied.size)
-            spread = _Spread.build(qm, pm, k, bucket_mass, desc, atom_of_bucket, (r_lo, r_hi))
-            if spread is not None:  # fact 6: an optimum of 1, no sort; the atoms are its units
-                n_units = spread.masses.size
-                return cls(spread.masses, spread.x, np.array([0, n_units]), spread.top,
-                           lambda t: spread.unit_of(t, int(atom_of_bucket[desc[t]])),
-                           lambda: spread.units(atom_of_bucket[desc]), lambda: target.copy(),
-                           bucket_atoms=n_units - len(spread.expanded), spread=spread, positive=True)
+            # with coarser buckets (fewer units, cheaper), else these
+            for level in (_coarser(sums, BUCKET_BITS, SPREAD_BITS), sums):
+                desc, occupied, bucket_mass, r_lo, r_hi, nb = level[:6]
+                atom_of_bucket = np.full(nb, -1, dtype=np.int64)
+                atom_of_bucket[occupied] = np.arange(occupied.size)
+                spread = _Spread.build(qm, pm, k, bucket_mass, desc, atom_of_bucket, (r_lo, r_hi))
+                if spread is not None:  # fact 6: an optimum of 1, no sort; the atoms are its units
+                    n_units = spread.masses.size
+                    return cls(spread.masses, spread.x, np.array([0, n_units]), spread.top,
+                               lambda t, a=atom_of_bucket, d=desc, s=spread: s.unit_of(t, int(a[d[t]])),
+                               lambda a=atom_of_bucket, d=desc, s=spread: s.units(a[d]), lambda: target.copy(),
+                               bucket_atoms=n_units - len(spread.expanded), spread=spread, positive=True)
         masses, x, blocks, top, desc, atom_of_bucket, uncertified, bounds = _bucket_level(
             qm, pm, k, 0.0, BUCKET_BITS, sums=sums)
         n_buckets = masses.size
@@ -1460,9 +1464,10 @@ def _bucket_sums(targets, masses, bits, most=None, positive=False):
 
     Returns:
         ``None`` if ``q/p`` overflowed (or the buckets would span ``most`` keys or more, or,
-        with ``positive``, some ratio is 0, subnormal, infinite or NaN), else ``(desc, occupied, bucket_mass, r_lo, r_hi, n_keys)``: each token's bucket
-        (0 holds the largest ratios), the buckets that hold tokens, their draft masses and
-        ratio ranges ``[r_lo, r_hi)``, and the number of bucket keys.
+        with ``positive``, some ratio is 0, subnormal, infinite or NaN), else ``(desc,
+        occupied, bucket_mass, r_lo, r_hi, n_keys, top_key)``: each token's bucket (0 holds
+        the largest ratios), the buckets that hold tokens, their draft masses and ratio
+        ranges ``[r_lo, r_hi)``, the number of bucket keys and the largest key.
     """
     shift = np.uint64(52 - bits)
     with np.errstate(divide="ignore", invalid="ignore"):  # (p = 0: seen below)
@@ -1479,7 +1484,27 @@ def _bucket_sums(targets, masses, bits, most=None, positive=False):
     occupied = np.flatnonzero(mass_b)  # p > 0 on every counted token
     edge = (hi - occupied).astype(np.uint64)
     r_lo, r_hi = (edge << shift).view(np.float64), ((edge + np.uint64(1)) << shift).view(np.float64)
-    return desc, occupied, mass_b[occupied], r_lo, r_hi, nb
+    return desc, occupied, mass_b[occupied], r_lo, r_hi, nb, hi
+
+
+def _coarser(sums, bits: int, coarse_bits: int):
+    """:func:`_bucket_sums` with ``coarse_bits`` instead of ``bits``, from the finer sums
+    (one pass over the vocabulary for the tokens' buckets; the rest over the buckets)."""
+    desc, occupied, bucket_mass, _, _, _, hi = sums
+    drop = bits - coarse_bits
+    top = hi >> drop
+    # (in place: a fresh V-long temporary can cost more in page faults than the arithmetic)
+    coarse_desc = np.subtract(hi, desc)
+    np.right_shift(coarse_desc, drop, out=coarse_desc)  # the coarse key ...
+    np.subtract(top, coarse_desc, out=coarse_desc)  # ... counted from the top
+    of_bucket = top - ((hi - occupied) >> drop)  # non-decreasing along the occupied buckets
+    starts = np.flatnonzero(np.diff(of_bucket, prepend=-1))
+    coarse_occupied = of_bucket[starts]
+    edge = (top - coarse_occupied).astype(np.uint64)
+    shift = np.uint64(52 - coarse_bits)
+    r_lo, r_hi = (edge << shift).view(np.float64), ((edge + np.uint64(1)) << shift).view(np.float64)
+    return (coarse_desc, coarse_occupied, np.add.reduceat(bucket_mass, starts), r_lo, r_hi,
+            int(coarse_occupied[-1]) + 1, top)
 
 
 def _may_be_one(bucket_mass, r_lo, k) -> bool:
@@ -1513,7 +1538,7 @@ def _bucket_level(targets, masses, k, start, bits, most=None, sums=None):
     sums = sums if sums is not None else _bucket_sums(targets, masses, bits, most)
     if sums is None:
         return None
-    desc, occupied, bucket_mass, r_lo, r_hi, nb = sums
+    desc, occupied, bucket_mass, r_lo, r_hi, nb = sums[:6]
     # the bucket problem: every ratio rounded to its bucket's middle (any positive
     # stand-in for q keeps x feasible; the certificate below uses the true ratios)
     x, blocks, top = _lex_pieces(bucket_mass.copy(), bucket_mass * (0.5 * (r_lo + r_hi)), k, start)

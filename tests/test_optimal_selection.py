@@ -585,6 +585,28 @@ def test_spread_tiles_nearly_tight_groups_token_by_token(k, greedy_inside, monke
     assert np.abs(output_distribution(rule)[0] - rule.target).max() > 1e-6
 
 
+def test_spread_tries_coarser_buckets_first(monkeypatch):
+    # Fact 6 first tries 4-bit buckets (fewer units), derived from the 6-bit sums without
+    # dividing again: the same sums as bucketing with 4 bits directly. If the coarse
+    # buckets fail, the 6-bit ones serve (forced here), still exact.
+    from mspec.bench import lm_like_pair
+
+    draft, target = lm_like_pair(50272, seed=0, draft_temperature=1.5)
+    fine = optimal_selection._bucket_sums(target, draft, 6)
+    for got, want in zip(optimal_selection._coarser(fine, 6, 4), optimal_selection._bucket_sums(target, draft, 4)):
+        np.testing.assert_allclose(got, want, rtol=1e-13)  # (masses: sums in another order)
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=8)
+    assert rule.atoms.spread is not None and rule.atoms.masses.size < fine[1].size / 2  # the coarse units
+    build = optimal_selection._Spread.build.__func__
+    calls = []
+    monkeypatch.setattr(optimal_selection._Spread, "build", classmethod(
+        lambda cls, *args: calls.append(1) or (None if len(calls) == 1 else build(cls, *args))))
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=8)
+    assert len(calls) == 2 and rule.atoms.spread is not None and rule.atoms.masses.size == fine[1].size
+    tokens = np.unique(np.random.default_rng(3).choice(draft.size, size=30, p=draft))
+    assert_key_laws_tile(rule, 8, tokens, atol=1e-15)
+
+
 @pytest.mark.parametrize("temperature", [1.2, 1.5])
 def test_spread_at_full_vocabulary(temperature):
     # An optimum of 1 at V = 50272 (K = 8): no sort, and the key laws of drafted, random
