@@ -93,7 +93,8 @@ its length fails it; such buckets sit in tiled groups next to a nearly tight suf
 prefix, whose slots are then water-filled and tiled by the buckets' *tokens* in place
 (the group keeps its length and ``nu``-mass, so nothing else changes). A failing bucket
 elsewhere is expanded into token units and the slots are built again; if that needs too
-many tokens, fact 5. Fact 6 is tried first when the bucket sums allow an optimum of 1.
+many tokens, fact 5. Fact 6 is tried first when the bucket sums allow an optimum of 1,
+with 4-bit buckets (merged from the 6-bit ones: fewer units), then with the 6-bit ones.
 
 Exactness: the output law is exactly ``q`` (single-draft speculative sampling from the
 induced ``x``; the key laws realise ``x`` up to float rounding, ~1e-15) and
