@@ -968,9 +968,9 @@ def _newton(starts: np.ndarray, rhs: np.ndarray, g: float, k: int, sign, phi_sta
     sign = sign if np.isscalar(sign) else sign[active]
     # the slope keeps its branch's sign (it is 0 only at u*, which the iterates never pass)
     tiny = np.finfo(float).tiny
-    # rounding level of the residual u^K - g u - rhs anywhere on the branch: below it the
-    # root is as good as the data (near u* it is ill-conditioned and Newton would only creep)
-    # (each entry's scale from its start, which is within a small factor of its root)
+    # the rounding level of each residual u^K - g u - rhs (its scale taken at the start, which
+    # is close to the root): below it the root is as good as the data (near u* the root is
+    # ill-conditioned, and Newton would only creep by rounding noise / slope)
     noise = 4e-16 * (np.abs(r) + z * (_power(z.copy(), k - 1) + g))
     for step_count in range(NEWTON_STEPS):
         if not active.size:
