@@ -75,7 +75,8 @@ def prefix_order(*, draft, target) -> np.ndarray:
     target = np.asarray(target, dtype=np.float64)
     positive = draft > 0
     ratio = np.full(draft.shape, np.inf)
-    ratio[positive] = target[positive] / draft[positive]
+    with np.errstate(over="ignore"):  # a subnormal p can overflow q/p to inf: it sorts last
+        ratio[positive] = target[positive] / draft[positive]
     return np.argsort(ratio)  # any order within ties is fine (module docstring)
 
 

@@ -183,13 +183,14 @@ def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: in
     # descending q/p; ties may come in any order (the optimum is unique). The arrays are
     # V long: we reuse buffers (out=) where we can, since fresh large arrays cost page
     # faults that can exceed the arithmetic at V ~ 50k.
-    if both.all():  # the usual case (softmax outputs): no gathering needed
-        ratio = np.divide(target, draft)
-        order = _argsort_positive(ratio)[::-1]
-    else:
-        main = np.flatnonzero(both)
-        ratio = np.divide(target[main], draft[main])
-        order = main[_argsort_positive(ratio)[::-1]]
+    with np.errstate(over="ignore"):  # (an infinite q/p, from a subnormal p, sorts first)
+        if both.all():  # the usual case (softmax outputs): no gathering needed
+            ratio = np.divide(target, draft)
+            order = _argsort_positive(ratio)[::-1]
+        else:
+            main = np.flatnonzero(both)
+            ratio = np.divide(target[main], draft[main])
+            order = main[_argsort_positive(ratio)[::-1]]
     p_sorted = np.take(draft, order, out=ratio[: order.size])  # ratio is no longer needed
     x_sorted, blocks, top = _lex_pieces(p_sorted, np.take(target, order), num_drafts)
     return order, x_sorted, blocks, top
@@ -1471,7 +1472,7 @@ def _bucket_sums(targets, masses, bits, most=None, positive=False):
         ranges ``[r_lo, r_hi)``, the number of bucket keys and the largest key.
     """
     shift = np.uint64(52 - bits)
-    with np.errstate(divide="ignore", invalid="ignore"):  # (p = 0: seen below)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # (p = 0 or overflow: seen below)
         ratio = np.divide(targets, masses)
     key = np.right_shift(ratio.view(np.uint64), shift, out=ratio.view(np.uint64)).view(np.int64)  # rises with q/p
     hi, lo = int(key.max()), int(key.min())
