@@ -11,14 +11,17 @@ lives in :mod:`mspec.models`, :mod:`mspec.decoding`, :mod:`mspec.data` and
 """
 
 from .canonical import CanonicalScheme, solve_canonical_lp
-from .closed_form import acceptance_is_one, figure2_curves, optimal_acceptance
+from .closed_form import acceptance_is_one, optimal_acceptance
 from .distributions import check_distribution, distribution_from_logits
 from .exact import output_distribution
+from .figures import figure2_curves
 from .importance import ImportanceSampling
-from .optimal import LPSolveError, OptimalLP, solve_optimal_lp
+from .lp import LPFallbackWarning, LPSolveError
+from .optimal import OptimalLP, solve_optimal_lp
 from .optimal_selection import OptimalSelection, lex_optimal_induced
 from .registry import SCHEMES, get_scheme, make_scheme
-from .selection import Selection, SelectionScheme
+from .selection import SchemeError, Selection, SelectionScheme
+from .two_step import TwoStepScheme
 from .single import SingleDraft, single_draft_acceptance, single_draft_sample
 from .specinfer import SpecInfer, specinfer_acceptance, specinfer_sample
 from .spectr import SpecTr, spectr_acceptance, spectr_sample
@@ -49,15 +52,18 @@ def __getattr__(name):
 __all__ = [
     "CanonicalScheme",
     "ImportanceSampling",
+    "LPFallbackWarning",
     "LPSolveError",
     "OptimalLP",
     "OptimalSelection",
     "SCHEMES",
+    "SchemeError",
     "Selection",
     "SelectionScheme",
     "SingleDraft",
     "SpecInfer",
     "SpecTr",
+    "TwoStepScheme",
     "acceptance_is_one",
     "check_distribution",
     "distribution_from_logits",

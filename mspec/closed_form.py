@@ -1,4 +1,4 @@
-"""The optimal acceptance probability in closed form, and the paper's Figure 2.
+"""The optimal acceptance probability in closed form.
 
 Setting: K independent drafts ``X_i ~ p_i`` (identical drafts: ``p_i = p``), target ``q``
 (``draft`` / ``target`` in code). The best any lossless selection scheme can do is
@@ -38,9 +38,11 @@ Then some prefix of this order is a minimiser:
 * Ties: tokens tied at ratio ``r`` contribute ``r p(U) - g(p(A) + p(U))``, concave in
   ``p(U)``, so taking none or all of the tie group is optimal -- both are prefixes.
 
-(Deviation from the brief we were given, which said "sorted by q/p descending": the
-minimising S is a prefix in *ascending* q/p order; equivalently its complement is a
-prefix in descending order. The tests check this against all 2^V subsets.)
+The direction matters: the minimising S is a prefix in *ascending* q/p order, and its
+complement a prefix in descending order; a prefix in descending order can miss the
+minimum (``p = [1/2, 1/2]``, ``q = [0.9, 0.1]``, K = 2: the minimiser is the low-ratio
+token ``{1}``, value 0.85, while the descending prefixes give 1). The tests check the
+ascending order against all 2^V subsets.
 
 Non-identical drafts: ``prod_i p_i(S)`` is not a function of one additive quantity, so
 the prefix argument does not apply (the minimisation is submodular). We compute the
@@ -51,10 +53,9 @@ O(V log V) method for non-identical drafts is not implemented.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
+from .canonical import solve_canonical_lp
 from .distributions import check_draft_target
 
 #: largest V for which the non-identical minimum is taken over all 2^V subsets
@@ -142,10 +143,8 @@ def optimal_acceptance(*, draft, target, num_drafts=None) -> float:
     draft, target, k = check_draft_target(draft, target, num_drafts)
     if _identical_rows(draft) is not None or target.shape[0] <= MAX_SUBSET_VOCAB:
         return _optimal_subset(draft, target, k)[1]
-    # Deviation: no fast exact method for non-identical drafts and V > 20; solve the
-    # canonical LP instead (raises a ValueError when it would not fit in memory).
-    from .canonical import solve_canonical_lp  # local import: canonical imports this module
-
+    # no fast exact method for non-identical drafts and V > 20: solve the canonical LP
+    # instead (raises a ValueError when it would not fit in memory)
     return float(solve_canonical_lp(draft=draft, target=target)[0])
 
 
@@ -188,94 +187,9 @@ def _min_over_subsets(draft: np.ndarray, target: np.ndarray) -> tuple[np.ndarray
     return mask, float(min(1.0, values[m]))
 
 
-# -- Figure 2 ---------------------------------------------------------------------------------
-def figure2_family(panel: str) -> tuple[np.ndarray, Callable[[float], np.ndarray], np.ndarray]:
-    """The draft, target family and default ``q2`` grid of the paper's Figure 2.
-
-    Args:
-        panel: ``"left"`` (``q = [1/3, q2, 2/3 - q2]``) or ``"right"``
-            (``q = [1/6, q2, 5/6 - q2]``); the draft is uniform on 3 tokens in both.
-
-    Returns:
-        ``(draft, target_family, q2_grid)``.
-    """
-    if panel == "left":
-        first = 1.0 / 3.0
-    elif panel == "right":
-        first = 1.0 / 6.0
-    else:
-        raise ValueError(f"`panel` must be 'left' or 'right', got {panel!r}")
-    rest = 1.0 - first
-
-    def family(q2: float) -> np.ndarray:
-        return np.array([first, q2, rest - q2])
-
-    return np.full(3, 1.0 / 3.0), family, np.linspace(0.0, rest, 201)
-
-
-def figure2_curves(panel: str = "left", *, draft=None, target_family=None, q2=None, num_drafts: int = 2):
-    """Acceptance curves of the optimal scheme and the baselines over a target family.
-
-    Reproduces the paper's Figure 2 by default (V = 3, uniform draft, K = 2).
-
-    Args:
-        panel: which default family to use (see :func:`figure2_family`); ignored for the
-            parts given explicitly.
-        draft: ``(V,)`` draft distribution (identical drafts).
-        target_family: callable ``q2 -> target (V,)``.
-        q2: 1-D grid of the swept parameter.
-        num_drafts: K.
-
-    Returns:
-        dict of float arrays of the grid's length: ``"q2"``, ``"optimal"``, ``"spectr"``,
-        ``"specinfer"``, ``"single"`` (one draft, ``sum min(p, q)``).
-    """
-    from .single import SingleDraft  # local imports keep this module light
-    from .specinfer import SpecInfer
-    from .spectr import SpecTr
-
-    default_draft, default_family, default_grid = figure2_family(panel)
-    draft = default_draft if draft is None else np.asarray(draft, dtype=np.float64)
-    family = default_family if target_family is None else target_family
-    grid = default_grid if q2 is None else np.asarray(q2, dtype=np.float64)
-    if grid.ndim != 1:
-        raise ValueError(f"`q2` must be a 1-D grid, got shape {grid.shape}")
-    curves = {name: np.empty(grid.shape) for name in ("optimal", "spectr", "specinfer", "single")}
-    for n, value in enumerate(grid):
-        target = np.clip(np.asarray(family(float(value)), dtype=np.float64), 0.0, None)  # -0.0 at the ends
-        kw = dict(draft=draft, target=target, num_drafts=num_drafts)
-        curves["optimal"][n] = optimal_acceptance(**kw)
-        curves["spectr"][n] = SpecTr(**kw).acceptance()
-        curves["specinfer"][n] = SpecInfer(**kw).acceptance()
-        curves["single"][n] = SingleDraft(draft=draft, target=target).acceptance()
-    return {"q2": grid.copy(), **curves}
-
-
-def figure2_optimal_exact(panel: str, q2) -> np.ndarray:
-    """The optimal curve of Figure 2 worked out by hand from (*) (for tests and the book).
-
-    Uniform ``p`` on 3 tokens: ``p(S)^2`` is ``1/9`` for singletons and ``4/9`` for pairs,
-    so (*) is the minimum of 1, ``q(x) + 8/9`` over tokens and ``q(S) + 5/9`` over pairs.
-
-    Left (``q = [1/3, q2, 2/3 - q2]``): ``min(1, 8/9 + q2, 14/9 - q2)``; equals 1 exactly
-    for ``q2`` in ``[1/9, 5/9]``.
-    Right (``q = [1/6, q2, 5/6 - q2]``): ``min(1, 13/18 + q2, 14/9 - q2)``; equals 1
-    exactly for ``q2`` in ``[5/18, 5/9]``.
-    """
-    q2 = np.asarray(q2, dtype=np.float64)
-    if panel == "left":
-        return np.minimum(1.0, np.minimum(8.0 / 9.0 + q2, 14.0 / 9.0 - q2))
-    if panel == "right":
-        return np.minimum(1.0, np.minimum(13.0 / 18.0 + q2, 14.0 / 9.0 - q2))
-    raise ValueError(f"`panel` must be 'left' or 'right', got {panel!r}")
-
-
 __all__ = [
     "acceptance_is_one",
     "brute_force_acceptance",
-    "figure2_curves",
-    "figure2_family",
-    "figure2_optimal_exact",
     "optimal_acceptance",
     "optimal_subset",
     "prefix_order",

@@ -212,7 +212,10 @@ class _CachedModel:
     def keep(self, row: int, length: int) -> None:
         """Keep only batch row ``row``, cropped to its first ``length`` tokens."""
         if self.tokens.shape[0] > 1:
-            self.cache.batch_select_indices(torch.tensor([row], device=self.device))
+            # the row index stays on the CPU: a CPU index selects rows of a tensor on any device,
+            # a CUDA index only on its own GPU -- and with device_map="auto" the cache layers
+            # live on the GPUs of their model layers, not all on self.device (the first one)
+            self.cache.batch_select_indices(torch.tensor([row]))
         if self.length > length:
             self.cache.crop(length - self.length)  # crop() takes minus the tokens to remove
         self.tokens = self.tokens[row : row + 1, :length]
@@ -259,8 +262,12 @@ def speculative_generate(
         eos_token_id: stop after emitting this token (or any of these tokens).
         generator: ``torch.Generator`` (or an int seed) for all randomness: drafting uses
             it directly, the selection scheme uses a numpy Generator seeded from it.
-            ``None`` seeds a fresh generator from the OS. On a GPU, a generator on the draft
-            model's device saves a host round trip per drafted token.
+            ``None`` seeds a fresh generator from the OS. An int seed or ``None`` creates the
+            generator on the draft model's device, so drafting samples where the draft's
+            distributions are (no copy to the host per drafted token); a given generator on
+            another device works, with a copy per drafted token. One int seed gives the same
+            output on the same kind of device; CPU and CUDA generators draw different
+            streams, so a seed run on a GPU differs from the same seed on a CPU.
         scheme_params: extra keyword arguments of the scheme (e.g. ``s`` for ``"is"``).
         tokenizer: optional; decodes the output into ``GenerationResult.text``.
         on_round: optional ``on_round(drafted, draft_probs, target_probs)``, called after
@@ -287,43 +294,44 @@ def speculative_generate(
     eos = _check_eos(eos_token_id)
     _check_models(draft_model, target_model, len(prompt) + max_new + big_l - 1)
     params = dict(scheme_params or {})
-    gen = _check_generator(generator)
+    gen = _check_generator(generator, _model_device(draft_model))
     # the scheme's numpy Generator is seeded from `gen`, so one seed fixes the whole run
     rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen, device=gen.device)))
     sampling = dict(top_k=top_k, top_p=top_p)
     distribution_from_logits(torch.zeros(1), temperature=1.0, **sampling)  # validates top_k / top_p
 
-    start = _clock()
+    devices = _cuda_devices(draft_model, target_model)  # every clock reading waits for all of them
+    start = _clock(devices)
     seq = list(prompt)  # prompt + emitted tokens
     draft, target = _CachedModel(draft_model), _CachedModel(target_model)
-    select = _Selector(registry.make_scheme, scheme, params, temps, rng)
+    select = _Selector(scheme, params, temps, rng)
     with torch.inference_mode():
         # prefill: the caches hold every token but the last; a round feeds the rest
         for m in (draft, target):
             if len(seq) > 1:
                 m.forward(torch.tensor([seq[:-1]], device=m.device))
-        prefill_time = _clock() - start
+        prefill_time = _clock(devices) - start
         rounds: list[RoundRecord] = []
         while True:
             n = len(seq)
-            t0 = _clock()
+            t0 = _clock(devices)
             draft.expand(k)
             target.expand(k)
-            t1 = _clock()
+            t1 = _clock(devices)
             drafted, draft_probs = _draft(draft, seq, temps, big_l, sampling, gen)  # (K, L), (K, L, V)
-            t2 = _clock()
+            t2 = _clock(devices)
             target_probs = _score(target, seq, drafted, target_temperature, sampling)  # (K, L + 1, V)
-            t3 = _clock()
+            t3 = _clock(devices)
             if on_round is not None:
                 on_round(drafted, draft_probs, target_probs)
-                t3 = _clock()  # the callback's time is nobody's
+                t3 = _clock(devices)  # the callback's time is nobody's
             out, accepted, alive, alive_counts = select(drafted, draft_probs, target_probs)
-            t4 = _clock()
+            t4 = _clock(devices)
             # keep a row holding the accepted tokens, cropped to prefix + accepted tokens
             row = alive[0]
             draft.keep(row, min(n + accepted, draft.length))  # after all-accept it lags by one
             target.keep(row, n + accepted)
-            t5 = _clock()
+            t5 = _clock(devices)
 
             # stop at EOS or max_new_tokens: truncating the final round keeps the law of the
             # emitted prefix (the tokens already emitted do not depend on what follows)
@@ -341,7 +349,7 @@ def speculative_generate(
             ))
             if done:
                 break
-    return _result(seq[len(prompt) :], rounds, scheme, k, big_l, start, prefill_time, tokenizer)
+    return _result(seq[len(prompt) :], rounds, scheme, k, big_l, start, prefill_time, tokenizer, devices)
 
 
 def _draft(draft: _CachedModel, seq, temps, big_l, sampling, gen):
@@ -355,12 +363,19 @@ def _draft(draft: _CachedModel, seq, temps, big_l, sampling, gen):
     temp_col = torch.tensor(temps, dtype=torch.float64, device=draft.device)[:, None]
     # the first step also feeds the tokens the cache lacks (one more after an all-accept round)
     inp = torch.tensor([seq[draft.length :]], device=draft.device).expand(k, -1)
+    # shared[i, r]: rows i and r have drafted the same tokens so far at the same temperature.
+    # Such rows have the same distribution in exact arithmetic, but a batched forward pass
+    # may differ in the last bits between rows; the selection treats them as identical
+    # drafts, so they must sample from one bit-identical row (the first of their group).
+    shared = temp_col == temp_col.T  # (K, K)
     drafted, probs = [], []
     for j in range(big_l):
         logits = draft.forward(inp)[:, -1, :]  # (K, V)
         # per-row temperature: divide first, then the shared top-k / top-p
         p = distribution_from_logits(logits / temp_col, temperature=1.0, **sampling)
+        p = p.index_select(0, shared.to(torch.int8).argmax(dim=1))  # argmax: the first True
         x = torch.multinomial(p.to(gen.device), 1, generator=gen).to(draft.device)  # (K, 1)
+        shared &= x == x.T
         drafted.append(x)
         probs.append(p)
         if j + 1 < big_l:  # the last drafted token is never fed to the draft model
@@ -384,8 +399,8 @@ def _score(target: _CachedModel, seq, drafted, temperature, sampling):
 class _Selector:
     """Runs the token-level scheme position by position over the drafts of one round."""
 
-    def __init__(self, make_scheme, scheme, params, temps, rng):
-        self.make_scheme, self.scheme, self.params = make_scheme, scheme, params
+    def __init__(self, scheme, params, temps, rng):
+        self.scheme, self.params = scheme, params
         self.temps, self.rng = temps, rng
 
     def __call__(self, drafted, draft_probs, target_probs):
@@ -409,20 +424,9 @@ class _Selector:
         for j in range(big_l):
             alive_counts.append(len(alive))
             tokens = drafted[alive, j]
-            rows = draft_probs[alive, j]
-            # alive drafts share their prefix, so equal temperatures give equal rows: pass one
-            # (V,) row (identical drafts); otherwise one row per alive draft
-            same_temp = len({self.temps[i] for i in alive}) == 1
-            p_j = rows[0].cpu().numpy() if same_temp else rows.cpu().numpy()
-            q_j = target_probs[alive[0], j].cpu().numpy()  # the same for every alive row
-            if len(alive) == 1:
-                # one draft left: with one draft the selected token is that draft (p_I = p),
-                # and every scheme of the registry is then single-draft speculative sampling,
-                # so skip building the K-draft scheme (e.g. the optimal scheme's sort)
-                y = SingleDraft(draft=p_j.reshape(-1), target=q_j).sample(tokens, self.rng).token
-            else:
-                rule = self.make_scheme(self.scheme, draft=p_j, target=q_j, num_drafts=len(alive), **self.params)
-                y = rule.sample(tokens, self.rng).token
+            rule = position_scheme(self.scheme, self.params, draft_probs[:, j], target_probs[:, j],
+                                   self.temps, alive)
+            y = rule.sample(tokens, self.rng).token
             out.append(y)
             # continue with the drafts that hold y -- decided by matching, not by
             # `Selection.accepted`, so a drafted token output from a residual also continues
@@ -434,6 +438,40 @@ class _Selector:
         # all L accepted: a bonus token from q after the full draft
         out.append(sample_index(target_probs[alive[0], big_l].cpu().numpy(), self.rng))
         return out, big_l, alive, alive_counts
+
+
+def position_scheme(scheme: str, params: dict, draft_rows, target_rows, temps, alive: list[int]):
+    """The selection scheme for one position of a round, given the drafts still alive.
+
+    The one place that decides it: alive drafts share their prefix, so the target rows of
+    the alive drafts agree and drafts of equal temperature have one (bit-identical, see
+    ``_draft``) distribution -- passed as a ``(V,)`` row (identical drafts), else one row
+    per alive draft. With one draft left every scheme of the registry is single-draft
+    speculative sampling (the selected token is that draft, ``p_I = p``), so that is built
+    directly (no K-draft construction such as the optimal scheme's sort).
+
+    Args:
+        scheme: a key of :data:`mspec.registry.SCHEMES`.
+        params: the scheme's extra keyword arguments.
+        draft_rows: ``(K, V)`` every draft's distribution at this position (numpy or torch).
+        target_rows: ``(K, V)`` the target distribution after each draft's prefix.
+        temps: the K draft temperatures.
+        alive: indices of the drafts whose tokens all match the output so far.
+
+    Returns:
+        A built :class:`~mspec.selection.SelectionScheme`.
+    """
+    from . import registry  # imported late: the registry imports every scheme
+
+    def row(x):
+        return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+    target = row(target_rows[alive[0]])
+    if len(alive) == 1:
+        return SingleDraft(draft=row(draft_rows[alive[0]]), target=target)
+    same_temp = len({temps[i] for i in alive}) == 1
+    draft = row(draft_rows[alive[0]]) if same_temp else row(draft_rows[alive])
+    return registry.make_scheme(scheme, draft=draft, target=target, num_drafts=len(alive), **params)
 
 
 def expected_round_tokens(drafted, draft_probs, target_probs, *, scheme: str, draft_temperatures,
@@ -481,7 +519,6 @@ def expected_round_tokens(drafted, draft_probs, target_probs, *, scheme: str, dr
         The expected number of emitted tokens, in ``[1, L + 1]``; with ``control=True`` the
         pair ``(expected, Z)``, ``Z`` of shape ``(L,)``.
     """
-    from . import registry
 
     def as_array(x):
         return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
@@ -503,16 +540,10 @@ def expected_round_tokens(drafted, draft_probs, target_probs, *, scheme: str, dr
         if j == big_l:
             return 1.0
         tokens = drafted[alive, j]
-        q_j = target_probs[alive[0], j]
-        if len(alive) == 1:
-            rule = SingleDraft(draft=draft_probs[alive[0], j], target=q_j)
-        else:
-            same = len({temps[i] for i in alive}) == 1
-            p_j = draft_probs[alive[0], j] if same else draft_probs[alive, j]
-            rule = registry.make_scheme(scheme, draft=p_j, target=q_j, num_drafts=len(alive), **params)
-        dist, accept = rule.conditional(tokens)
+        rule = position_scheme(scheme, params, draft_probs[:, j], target_probs[:, j], temps, alive)
+        dist, _ = rule.conditional(tokens)
         if control:
-            z[j] += reach * (accept - rule.acceptance())
+            z[j] += reach * (rule.accept_probability(tokens) - rule.acceptance())
         total = 1.0
         for y in np.unique(tokens):
             if int(y) not in eos:
@@ -545,7 +576,8 @@ def autoregressive_generate(
         top_k, top_p: as in :func:`speculative_generate`.
         max_new_tokens: >= 1.
         eos_token_id: stop after emitting this token (or any of these tokens).
-        generator: ``torch.Generator``, int seed, or ``None``.
+        generator: ``torch.Generator``, int seed, or ``None`` (then created on the target
+            model's device, as in :func:`speculative_generate`).
         tokenizer: optional, for ``GenerationResult.text``.
 
     Returns:
@@ -556,28 +588,29 @@ def autoregressive_generate(
     max_new = _check_int(max_new_tokens, "max_new_tokens", "the number of tokens to generate")
     eos = _check_eos(eos_token_id)
     _check_models(None, target_model, len(prompt) + max_new - 1)
-    gen = _check_generator(generator)
+    gen = _check_generator(generator, _model_device(target_model))
     distribution_from_logits(torch.zeros(1), temperature=1.0, top_k=top_k, top_p=top_p)
 
-    start = _clock()
+    devices = _cuda_devices(target_model)  # every clock reading waits for all of them
+    start = _clock(devices)
     seq = list(prompt)
     target = _CachedModel(target_model)
     rounds = []
     with torch.inference_mode():
         if len(seq) > 1:  # prefill, as in speculative_generate: the cache lacks the last token
             target.forward(torch.tensor([seq[:-1]], device=target.device))
-        prefill_time = _clock() - start
+        prefill_time = _clock(devices) - start
         while True:
-            t0 = _clock()
+            t0 = _clock(devices)
             logits = target.forward(torch.tensor([seq[target.length :]], device=target.device))[:, -1, :]
             probs = distribution_from_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
             y = int(torch.multinomial(probs[0].to(gen.device), 1, generator=gen))
-            t1 = _clock()
+            t1 = _clock(devices)
             seq.append(y)
             rounds.append(RoundRecord([], 0, None, False, 1, target_time=t1 - t0))
             if y in eos or len(seq) - len(prompt) >= max_new:
                 break
-    return _result(seq[len(prompt) :], rounds, "autoregressive", 0, 0, start, prefill_time, tokenizer)
+    return _result(seq[len(prompt) :], rounds, "autoregressive", 0, 0, start, prefill_time, tokenizer, devices)
 
 
 def generate_with_baselines(prompt_ids, *, generator: torch.Generator | int | None = None, **kwargs):
@@ -592,7 +625,7 @@ def generate_with_baselines(prompt_ids, *, generator: torch.Generator | int | No
         dict with ``"autoregressive"`` (target only), ``"single"`` (scheme ``"single"``,
         K = 1, the first draft temperature) and ``"multi"`` (the requested scheme).
     """
-    gen = _check_generator(generator)
+    gen = _check_generator(generator, _model_device(kwargs["draft_model"]) if "draft_model" in kwargs else None)
     temps = kwargs.get("draft_temperatures", 1.0)
     first_temp = temps if isinstance(temps, numbers.Real) else list(temps)[0]
     single = dict(kwargs, scheme="single", num_drafts=1, draft_temperatures=first_temp, scheme_params=None)
@@ -613,15 +646,48 @@ def generate_with_baselines(prompt_ids, *, generator: torch.Generator | int | No
 # helpers ------------------------------------------------------------------------------
 
 
-def _result(ids, rounds, method, k, big_l, start, prefill_time, tokenizer) -> GenerationResult:
+def _result(ids, rounds, method, k, big_l, start, prefill_time, tokenizer, devices=None) -> GenerationResult:
+    end = _clock(devices)
     text = tokenizer.decode(ids) if tokenizer is not None else None
-    return GenerationResult(list(ids), rounds, method, k, big_l, _clock() - start, prefill_time, text)
+    return GenerationResult(list(ids), rounds, method, k, big_l, end - start, prefill_time, text)
 
 
-def _clock() -> float:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()  # GPU work is asynchronous: time it when it is done
+def _clock(devices: Sequence[torch.device] | None = None) -> float:
+    """``time.perf_counter()`` once the GPU work queued so far is done.
+
+    GPU work is asynchronous, and ``torch.cuda.synchronize()`` waits for one device only (the
+    current one), so with models on several GPUs (``device_map="auto"``, or a draft on another
+    GPU than the target) a part's time would land on whichever part synchronizes next.
+
+    Args:
+        devices: the CUDA devices to wait for (:func:`_cuda_devices` of the models); empty: none
+            (a CPU run, no cost). ``None``: the current CUDA device, if CUDA is in use.
+    """
+    if devices is None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+    else:
+        for device in devices:
+            torch.cuda.synchronize(device)
     return time.perf_counter()
+
+
+def _cuda_devices(*models) -> tuple[torch.device, ...]:
+    """The CUDA devices ``models`` run on (``None`` entries skipped): each model's device and,
+    for a model spread by ``device_map``, every GPU of its ``hf_device_map``."""
+    devices = {}
+    for model in models:
+        if model is None:
+            continue
+        placement = getattr(model, "hf_device_map", None) or {}
+        for where in (_model_device(model), *placement.values()):
+            if isinstance(where, int) and not isinstance(where, bool):
+                where = torch.device("cuda", where)  # accelerate names GPUs by their index
+            elif isinstance(where, str) and where.startswith("cuda"):
+                where = torch.device(where)
+            if isinstance(where, torch.device) and where.type == "cuda":
+                devices[where] = None
+    return tuple(devices)
 
 
 def _model_device(model) -> torch.device:
@@ -717,13 +783,23 @@ def _check_models(draft_model, target_model, max_positions: int) -> None:
         )
 
 
-def _check_generator(generator) -> torch.Generator:
+def _check_generator(generator, device: torch.device | str | None = None) -> torch.Generator:
+    """``generator`` as a ``torch.Generator``; an int seed or ``None`` makes one on ``device``.
+
+    The generator should live where the distributions it samples from are (the draft model's
+    device): a CPU generator would make every drafted token copy its distributions to the host.
+    A device without generators of its own (e.g. ``meta``) gets a CPU generator.
+    """
     if isinstance(generator, torch.Generator):
         return generator
-    if generator is None:
+    if generator is not None and (isinstance(generator, bool) or not isinstance(generator, numbers.Integral)):
+        raise ValueError(f"`generator` must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
+    try:
+        gen = torch.Generator(device=torch.device(device) if device is not None else "cpu")
+    except RuntimeError:
         gen = torch.Generator()
+    if generator is None:
         gen.seed()  # a fresh non-deterministic seed, not the global RNG
-        return gen
-    if isinstance(generator, numbers.Integral) and not isinstance(generator, bool):
-        return torch.Generator().manual_seed(int(generator))
-    raise ValueError(f"`generator` must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
+    else:
+        gen.manual_seed(int(generator))
+    return gen

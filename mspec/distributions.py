@@ -17,6 +17,9 @@ import numpy as np
 #: Largest accepted deviation of a distribution's sum from 1. Anything closer is
 #: renormalised (float32 softmax over 50k tokens is typically off by ~1e-6).
 SUM_TOLERANCE = 1e-4
+#: A sum within this of 1 counts as normalised already (it covers the rounding of a float64
+#: sum over a vocabulary): the array is returned as is, without the copy renormalising makes.
+NORMALISED_TOLERANCE = 1e-13
 
 
 def check_distribution(x, name: str = "distribution") -> np.ndarray:
@@ -112,23 +115,29 @@ def check_tokens(drafts, *, draft: np.ndarray, num_drafts: int) -> np.ndarray:
         ValueError: wrong count, non-integer ids, ids outside ``[0, V)``, or an id whose
             draft probability is zero (it could not have been drafted).
     """
-    arr = np.asarray(drafts)
+    if hasattr(drafts, "detach") and hasattr(drafts, "cpu"):  # a torch tensor
+        drafts = drafts.detach().cpu().numpy()
+    try:
+        arr = np.asarray(drafts)
+    except ValueError as err:  # ragged nested lists
+        raise ValueError(f"`drafts` must be K = {num_drafts} integer token ids, got a ragged sequence") from err
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1 or arr.shape[0] != num_drafts:
         raise ValueError(
-            f"`drafts` must hold exactly K = {num_drafts} token ids, got shape {np.shape(drafts)}"
+            f"`drafts` must hold exactly K = {num_drafts} token ids, got shape {arr.shape}"
         )
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"`drafts` must be integer token ids, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
     vocab = draft.shape[-1]
+    # compare before any cast: a uint64 id such as 2**64 - 1 would wrap to -1 in int64
     bad = (arr < 0) | (arr >= vocab)
     if bad.any():
         raise ValueError(
-            f"`drafts` holds token id {int(arr[bad][0])} outside the vocabulary [0, {vocab}); "
+            f"`drafts` holds token id {arr[bad][0]} outside the vocabulary [0, {vocab}); "
             "token ids must index the distributions"
         )
+    arr = arr.astype(np.int64)
     probs = draft[arr] if draft.ndim == 1 else draft[np.arange(num_drafts), arr]
     if (probs <= 0).any():
         i = int(np.flatnonzero(probs <= 0)[0])
@@ -141,9 +150,25 @@ def check_tokens(drafts, *, draft: np.ndarray, num_drafts: int) -> np.ndarray:
 
 def _as_float_array(x, name: str) -> np.ndarray:
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor
+        if x.is_complex():
+            raise ValueError(f"`{name}` is complex; probabilities must be real numbers")
         x = x.detach().cpu().double().numpy()
     try:
-        return np.asarray(x, dtype=np.float64)
+        raw = np.asarray(x)
+    except ValueError as err:  # numpy refuses ragged nested lists
+        raise ValueError(
+            f"`{name}` is ragged (rows of different lengths); pass one (V,) vector or K rows of "
+            "the same length V"
+        ) from err
+    if np.iscomplexobj(raw):  # numpy would silently drop the imaginary part
+        raise ValueError(f"`{name}` is complex; probabilities must be real numbers")
+    if raw.dtype == object or raw.dtype.kind in "USV":
+        raise ValueError(
+            f"`{name}` must be an array of probabilities (real numbers), got {type(x).__name__} "
+            f"of dtype {raw.dtype}"
+        )
+    try:
+        return raw.astype(np.float64, copy=False)
     except (TypeError, ValueError) as err:
         raise ValueError(f"`{name}` must be an array of probabilities, got {type(x).__name__}") from err
 
@@ -160,9 +185,10 @@ def _check_rows(arr: np.ndarray, name: str) -> np.ndarray:
     if np.any(bad):
         raise ValueError(
             f"`{name}` must sum to 1 along its last axis (got {np.atleast_1d(sums)[np.atleast_1d(bad)][0]!r}); "
-            "normalise it, e.g. with mspec.distribution_from_logits"
+            "normalise it, e.g. with mspec.distribution_from_logits (which computes a softmax of "
+            "float16/bfloat16 logits in float32; a half-precision softmax does not sum to 1)"
         )
-    if np.all(np.abs(sums - 1.0) <= 1e-13):  # already normalised: skip a copy
+    if np.all(np.abs(sums - 1.0) <= NORMALISED_TOLERANCE):  # already normalised: skip a copy
         return arr
     return arr / sums[..., None] if arr.ndim > 1 else arr / sums
 
@@ -182,8 +208,10 @@ def distribution_from_logits(logits, *, temperature: float = 1.0, top_k=None, to
             ``top_p`` in ``(0, 1]`` (nucleus sampling; at least one token is kept).
 
     Returns:
-        Distribution of shape ``(..., V)``, float64 for numpy, float32/float64 for torch
-        (the dtype of ``logits`` if floating).
+        Distribution of shape ``(..., V)``, float64 for numpy; for torch float64 from float64
+        logits and float32 otherwise: half-precision (float16/bfloat16) logits are upcast
+        before the softmax, since a float16 softmax over 50k tokens underflows thousands of
+        entries to 0 and a bfloat16 one sums to 1 only within ~1e-4.
     """
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature > 0:
         raise ValueError(
@@ -232,9 +260,18 @@ def _from_logits_torch(logits, temperature, top_k, top_p):
 
     if logits.dim() == 0 or logits.shape[-1] == 0:
         raise ValueError(f"`logits` must have shape (..., V) with V >= 1, got shape {tuple(logits.shape)}")
-    z = logits if logits.is_floating_point() else logits.double()
+    if not logits.is_floating_point():
+        z = logits.double()
+    elif logits.dtype in (torch.float16, torch.bfloat16):
+        z = logits.float()  # see Returns: a half-precision softmax is not a usable distribution
+    else:
+        z = logits
     if torch.isnan(z).any() or torch.isposinf(z).any():
-        raise ValueError("`logits` contain NaN or +inf; -inf is allowed to mask a token")
+        hint = ""
+        if logits.dtype == torch.float16:
+            hint = (" (the logits are float16, which overflows to inf above 65504: run the model's "
+                    "last layer in float32 or bfloat16, e.g. torch_dtype=torch.bfloat16)")
+        raise ValueError(f"`logits` contain NaN or +inf; -inf is allowed to mask a token{hint}")
     z = z / temperature
     if top_k is not None and top_k < z.shape[-1]:
         kth = torch.topk(z, top_k, dim=-1).values[..., -1:]

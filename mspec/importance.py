@@ -68,7 +68,9 @@ and ``X = x`` under-served, select ``x`` with probability
 ``c(x) = min(1, (q(x) - p_1(x)) / (p_2(x) A))``, ``A`` = ``p_1`` of the over-served tokens;
 else keep ``y``. No token gains more than its deficit, and ``p_I`` is a closed form.
 
-"Accepted" means step 3 accepted the selected draft, as in :mod:`mspec.canonical`.
+``acceptance()`` is the two-step acceptance ``sum_y min(q(y), p_I(y))`` (step 3 accepts the
+selected draft). The residual can still output another draft's token, so P(Y is a drafted
+token) -- what ``Selection.accepted`` reports, as for every scheme -- can be higher.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ import numbers
 
 import numpy as np
 
-from .selection import Selection, SelectionScheme, check_rng, residual, sample_index
+from .two_step import TwoStepScheme
 
 
 #: number of ratio bins used to rank tokens outside the alphabet
@@ -88,6 +90,11 @@ MIX_GRID = 11
 BINS_PER_OCTAVE = 4
 #: the bins cover ratios from 2**-RATIO_OCTAVES to about 2**RATIO_OCTAVES (the end bins: all beyond)
 RATIO_OCTAVES = RATIO_BINS // (2 * BINS_PER_OCTAVE)
+#: IEEE 754 double: stored mantissa bits, and the bias of the exponent field
+FLOAT64_MANTISSA_BITS, FLOAT64_EXPONENT_BIAS = 52, 1023
+#: LP tokens ``s`` and ranked tokens ``alphabet`` per stage by default: larger values move
+#: the acceptance by about 0.01 at most on LM-shaped pairs (chapter 6), and cost time
+DEFAULT_LP_TOKENS, DEFAULT_ALPHABET = 5, 40
 
 
 def ratio_bins(ratio: np.ndarray) -> np.ndarray:
@@ -99,9 +106,10 @@ def ratio_bins(ratio: np.ndarray) -> np.ndarray:
     sorts like the number). No logarithm, no sort, no search. Any deterministic monotone
     binning keeps the scheme lossless; finer bins only help acceptance.
     """
-    shift = np.uint64(52 - BINS_PER_OCTAVE.bit_length() + 1)  # keep exponent + log2(bins) mantissa bits
+    # keep the exponent and the top log2(BINS_PER_OCTAVE) mantissa bits
+    shift = np.uint64(FLOAT64_MANTISSA_BITS - BINS_PER_OCTAVE.bit_length() + 1)
     code = (np.ascontiguousarray(ratio, dtype=np.float64).view(np.uint64) >> shift).view(np.int64)
-    code -= (1023 - RATIO_OCTAVES) * BINS_PER_OCTAVE - 1  # 2**-RATIO_OCTAVES -> bin 1
+    code -= (FLOAT64_EXPONENT_BIAS - RATIO_OCTAVES) * BINS_PER_OCTAVE - 1  # 2**-RATIO_OCTAVES -> bin 1
     return np.clip(code, 0, RATIO_BINS - 1, out=code)  # (in place: V-long arrays are costly)
 
 
@@ -119,7 +127,8 @@ def _deficit_rule(p1: np.ndarray, p2: np.ndarray, target: np.ndarray) -> tuple |
     a_mass = float(p1[surplus].sum())  # A = p1(S)
     if a_mass <= 0.0:
         return None
-    with np.errstate(divide="ignore", invalid="ignore"):  # p2 = 0: inf or nan, cut below
+    # p2 = 0, or p2 * A below the smallest float: inf or nan, cut below (as in `_take`)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         take = np.subtract(target, p1)
         take /= p2 * a_mass
     np.fmax(take, 0.0, out=take)  # 0 off the deficit tokens
@@ -130,6 +139,16 @@ def _deficit_rule(p1: np.ndarray, p2: np.ndarray, target: np.ndarray) -> tuple |
     take *= a_mass
     induced += take
     return float(np.minimum(induced, target, out=take).sum()), induced, a_mass
+
+
+def _per_bin(w: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """Mass ``w`` per ratio bin, ``(RATIO_BINS,)``."""
+    return np.bincount(where, weights=w, minlength=RATIO_BINS)
+
+
+def _mass_after(w: np.ndarray) -> np.ndarray:
+    """Mass ranked strictly after each position of the ranked alphabet, ``(alphabet,)``."""
+    return np.concatenate([np.cumsum(w[::-1])[::-1][1:], [0.0]])
 
 
 def _best_mix(target: np.ndarray, base: np.ndarray, rule: np.ndarray, grid: np.ndarray) -> tuple[float, float]:
@@ -276,42 +295,55 @@ class PairStage:
 
     def __init__(self, p1: np.ndarray, p2: np.ndarray, target: np.ndarray, s: int, alphabet: int, *,
                  later: bool = False):
-        vocab = target.shape[0]
         self.p1, self.p2, self.target = p1, p2, target
-        same = p1 is p2  # identical drafts: skip the duplicate work for p2
         mass = p1 + p2
-        self.sigma = sigma = target - p1 * p2
-        with np.errstate(divide="ignore", invalid="ignore"):  # never-drafted tokens: inf/nan, weight 0
-            self.ratio = ratio = np.where(mass > 0, target / mass, np.inf)
+        self._rank_tokens(mass, s, alphabet)  # the LP tokens L and the priority order
+        # the fixed rule for pairs outside L: the priority, softened by a base rule ...
+        priority, priority_fixed = self._priority_induced()
+        best, base = self._choose_base_rule(mass, priority, later=later)
+        # ... or the deficit rule, whichever gives the higher sum min(q, p_I)
+        self.rule, self._switch_mass = "priority", 0.0
+        deficit = _deficit_rule(p1, p2, target)
+        if deficit is not None and deficit[0] > best:
+            induced = self._use_deficit_rule(*deficit[1:])
+        else:
+            induced = self._softened_priority_induced(base, priority_fixed)
+        self.induced = self._solve_truncated_lp(induced, s)  # the pairs inside L
+
+    # -- building the stage, in order ---------------------------------------------------------
+    def _rank_tokens(self, mass: np.ndarray, s: int, alphabet: int) -> None:
+        """The scores ``sigma``, ``ratio`` and ``bin``, the ``ranked`` alphabet and the ``lp_tokens``."""
+        vocab = self.target.shape[0]
+        self.sigma = sigma = self.target - self.p1 * self.p2
+        # never-drafted tokens: inf/nan, weight 0; a subnormal mass overflows to inf (the
+        # highest priority, as its exact ratio would be)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            self.ratio = ratio = np.where(mass > 0, self.target / mass, np.inf)
         if alphabet < vocab:
-            alpha = np.argpartition(target + mass, vocab - alphabet)[vocab - alphabet :]
+            alpha = np.argpartition(self.target + mass, vocab - alphabet)[vocab - alphabet :]
         else:
             alpha = np.arange(vocab)
-        self.ranked = ranked = alpha[np.lexsort((alpha, -ratio[alpha]))]  # ratio desc, then id
-        self.lp_tokens = lp = alpha[np.lexsort((alpha, -sigma[alpha]))][:s]  # sigma desc, then id
-        self._rank_of = {t: i for i, t in enumerate(ranked.tolist())}  # alphabet token -> rank
-        self._lp_of = {t: i for i, t in enumerate(lp.tolist())}  # LP token -> row of w
+        self.ranked = alpha[np.lexsort((alpha, -ratio[alpha]))]  # ratio desc, then id
+        self.lp_tokens = alpha[np.lexsort((alpha, -sigma[alpha]))][:s]  # sigma desc, then id
+        self._rank_of = {t: i for i, t in enumerate(self.ranked.tolist())}  # alphabet token -> rank
+        self._lp_of = {t: i for i, t in enumerate(self.lp_tokens.tolist())}  # LP token -> row of w
+        self.bin = ratio_bins(ratio)
 
-        # -- p_I of the priority rule "higher ratio wins", in closed form ------------------
-        self.bin = bins = ratio_bins(ratio)
+    def _priority_induced(self) -> tuple[np.ndarray, np.ndarray]:
+        """``p_I`` of the priority rule "higher ratio wins" on every pair, in closed form, and
+        the same without the pairs of two different LP tokens (the LP decides those)."""
+        p1, p2, ranked, bins = self.p1, self.p2, self.ranked, self.bin
+        same = p1 is p2  # identical drafts: skip the duplicate work for p2
         a1, a2, a_bin = p1[ranked], p2[ranked], bins[ranked]
-        in_lp = np.isin(ranked, lp)
-
-        def per_bin(w, where):  # mass per ratio bin, (RATIO_BINS,)
-            return np.bincount(where, weights=w, minlength=RATIO_BINS)
-
-        def after(w):  # mass ranked strictly after each alphabet position, (alphabet,)
-            return np.concatenate([np.cumsum(w[::-1])[::-1][1:], [0.0]])
-
         # rest mass in bins <= b (an alphabet token in bin b beats those rest tokens); the
         # rest's histogram is all tokens' less the alphabet's (no gather of the rest)
-        alpha_hist1 = per_bin(a1, a_bin)
-        alpha_hist2 = alpha_hist1 if same else per_bin(a2, a_bin)
-        rest_hist1 = np.maximum(per_bin(p1, bins) - alpha_hist1, 0.0)
-        rest_hist2 = rest_hist1 if same else np.maximum(per_bin(p2, bins) - alpha_hist2, 0.0)
+        alpha_hist1 = _per_bin(a1, a_bin)
+        alpha_hist2 = alpha_hist1 if same else _per_bin(a2, a_bin)
+        rest_hist1 = np.maximum(_per_bin(p1, bins) - alpha_hist1, 0.0)
+        rest_hist2 = rest_hist1 if same else np.maximum(_per_bin(p2, bins) - alpha_hist2, 0.0)
         rest_upto1, rest_upto2 = np.cumsum(rest_hist1), np.cumsum(rest_hist2)
-        d1 = after(a1) + rest_upto1[a_bin]  # p1-mass an alphabet token beats
-        d2 = after(a2) + rest_upto2[a_bin]
+        d1 = _mass_after(a1) + rest_upto1[a_bin]  # p1-mass an alphabet token beats
+        d2 = _mass_after(a2) + rest_upto2[a_bin]
         # rest token r in bin b beats: rest tokens in lower bins, alphabet tokens in lower
         # bins, and -- as the first draft -- rest tokens of its own bin (itself included).
         # Computed for every token, then overwritten on the alphabet.
@@ -324,68 +356,86 @@ class PairStage:
         priority += np.take(beaten1, bins) * p2
         priority[ranked] = a1 * a2 + a1 * d2 + d1 * a2
         # the same, without the pairs of two different LP tokens (the LP decides those)
+        in_lp = np.isin(ranked, self.lp_tokens)
         lp1, lp2 = np.where(in_lp, a1, 0.0), np.where(in_lp, a2, 0.0)
         priority_fixed = priority.copy()
-        priority_fixed[ranked] -= in_lp * (a1 * after(lp2) + after(lp1) * a2)
+        priority_fixed[ranked] -= in_lp * (a1 * _mass_after(lp2) + _mass_after(lp1) * a2)
+        return priority, priority_fixed
 
-        # -- how much to trust the priority rule -------------------------------------------
-        # (Deviation, ours.) Every fixed pair follows the priority rule with probability
-        # `mix` and otherwise a *base* rule: select x_1 with probability `keep`, so that
-        # p_I = keep p1 + (1 - keep) p2. Normally keep = 1/2 (p_I = p for identical drafts)
-        # and `mix` maximises sum min(q, p_I) of the rule applied to *all* pairs (concave in
-        # `mix`; a search on a grid). Non-identical drafts try keep = 1 too. A later stage
-        # uses keep = 1 only: its first input, the previous winner, is already close to q,
-        # and averaging it with a fresh draft would undo that (keep = 1, mix = 0 skips the
-        # stage). The LP can reproduce any mixed rule on L, so acceptance never falls below
-        # single-draft sampling, nor with K.
-        l1, l2 = p1[lp], p2[lp]
+    def _choose_base_rule(self, mass: np.ndarray, priority: np.ndarray, *, later: bool) -> tuple[float, np.ndarray]:
+        """How much to trust the priority rule: set ``keep`` and ``mix``; return the best
+        ``sum min(q, p_I)`` and the base rule's ``p_I``.
+
+        (Deviation, ours.) Every fixed pair follows the priority rule with probability
+        ``mix`` and otherwise a *base* rule: select ``x_1`` with probability ``keep``, so that
+        ``p_I = keep p1 + (1 - keep) p2``. Normally ``keep = 1/2`` (``p_I = p`` for identical
+        drafts) and ``mix`` maximises ``sum min(q, p_I)`` of the rule applied to *all* pairs
+        (concave in ``mix``; a search on a grid). Non-identical drafts try ``keep = 1`` too.
+        A later stage uses ``keep = 1`` only: its first input, the previous winner, is already
+        close to ``q``, and averaging it with a fresh draft would undo that (``keep = 1``,
+        ``mix = 0`` skips the stage). The LP can reproduce any mixed rule on ``L``, so
+        acceptance never falls below single-draft sampling, nor with K.
+        """
         base = 0.5 * mass
         grid = np.linspace(0.0, 1.0, MIX_GRID)
         self.keep, self.mix, best = 0.5, 0.0, -np.inf
         if not later:  # the first stage: "either draft with probability 1/2" as the base rule
-            self.mix, best = _best_mix(target, base, priority, grid)
-        if not same:  # "keep x_1" as the base rule (m = 0: skip this stage)
-            mix_keep, best_keep = _best_mix(target, p1, priority, grid)
+            self.mix, best = _best_mix(self.target, base, priority, grid)
+        if self.p1 is not self.p2:  # "keep x_1" as the base rule (m = 0: skip this stage)
+            mix_keep, best_keep = _best_mix(self.target, self.p1, priority, grid)
             if best_keep >= best:
                 self.keep, self.mix, best = 1.0, mix_keep, best_keep
-                base = p1
-        # -- or the deficit rule: switch from a surplus token to a deficit token ------------
-        # (Deviation, ours.) If x_1 = y is over-served (p1(y) > q(y)) and x_2 = x is
-        # under-served, select x with probability c(x) = min(1, (q(x) - p1(x)) / (p2(x) A)),
-        # A = p1(over-served): x never gains more than its deficit, and the over-served
-        # tokens give way alike. At a later stage, whose first input is already close to q,
-        # this fills what is still missing far better than a priority.
-        self.rule, self._switch_mass = "priority", 0.0
-        deficit = _deficit_rule(p1, p2, target)
-        if deficit is not None and deficit[0] > best:
-            _, induced, self._switch_mass = deficit
-            self.rule, self.keep, self.mix = "deficit", 1.0, 0.0
-            # the same without the pairs of two different LP tokens (the LP decides those)
-            a_l = np.array([self._give(int(t)) for t in lp])
-            c_l = np.array([self._take(int(t)) for t in lp])
-            joint = l1[:, None] * l2[None, :]
-            np.fill_diagonal(joint, 0.0)
-            switch = joint * (a_l[:, None] * c_l[None, :])  # (y, x) -> x
-            induced[lp] -= (joint - switch).sum(axis=1) + switch.sum(axis=0)
-        else:
-            keep, mix = self.keep, self.mix
-            base_fixed = base.copy()
-            base_fixed[lp] = keep * l1 * (1.0 - l2.sum()) + (1.0 - keep) * l2 * (1.0 - l1.sum()) + l1 * l2
-            induced = np.multiply(priority_fixed, mix, out=priority_fixed)
-            induced += (1.0 - mix) * base_fixed
+                base = self.p1
+        return best, base
 
-        # -- truncated LP on L -------------------------------------------------------------
+    def _use_deficit_rule(self, induced: np.ndarray, switch_mass: float) -> np.ndarray:
+        """Switch to the deficit rule; its ``p_I`` without the pairs of two different LP tokens.
+
+        (Deviation, ours.) If ``x_1 = y`` is over-served (``p1(y) > q(y)``) and ``x_2 = x``
+        under-served, select ``x`` with probability ``c(x) = min(1, (q(x) - p1(x)) / (p2(x)
+        A))``, ``A = p1(over-served)``: ``x`` never gains more than its deficit, and the
+        over-served tokens give way alike. At a later stage, whose first input is already
+        close to ``q``, this fills what is still missing far better than a priority.
+        """
+        self.rule, self.keep, self.mix, self._switch_mass = "deficit", 1.0, 0.0, switch_mass
+        lp = self.lp_tokens
+        l1, l2 = self.p1[lp], self.p2[lp]
+        a_l = np.array([self._give(int(t)) for t in lp])
+        c_l = np.array([self._take(int(t)) for t in lp])
+        joint = l1[:, None] * l2[None, :]
+        np.fill_diagonal(joint, 0.0)
+        switch = joint * (a_l[:, None] * c_l[None, :])  # (y, x) -> x
+        induced[lp] -= (joint - switch).sum(axis=1) + switch.sum(axis=0)
+        return induced
+
+    def _softened_priority_induced(self, base: np.ndarray, priority_fixed: np.ndarray) -> np.ndarray:
+        """``p_I`` of the priority rule followed with probability ``mix`` (else the base rule),
+        without the pairs of two different LP tokens."""
+        lp = self.lp_tokens
+        l1, l2 = self.p1[lp], self.p2[lp]
+        keep, mix = self.keep, self.mix
+        base_fixed = base.copy()
+        base_fixed[lp] = keep * l1 * (1.0 - l2.sum()) + (1.0 - keep) * l2 * (1.0 - l1.sum()) + l1 * l2
+        induced = np.multiply(priority_fixed, mix, out=priority_fixed)
+        induced += (1.0 - mix) * base_fixed
+        return induced
+
+    def _solve_truncated_lp(self, induced: np.ndarray, s: int) -> np.ndarray:
+        """Set ``w`` and ``lp_size`` by the truncated LP on ``L``; the full ``p_I``."""
+        lp = self.lp_tokens
+        l1, l2 = self.p1[lp], self.p2[lp]
         # pairs (y, z) in L with y != z, z at y's selection cost: w(z, y) = 0 -> y selected
         induced[lp] += l2 * (l1.sum() - l1)
         self.w = np.ones((s, s))
         self.lp_size = (0, 0)
         if s >= 2:
-            self.w = truncated_lp_weights(l1, l2, target[lp], induced[lp])
+            self.w = truncated_lp_weights(l1, l2, self.target[lp], induced[lp])
             self.lp_size = (s * (s - 1) + s, s)
             joint = l1[:, None] * l2[None, :] * self.w  # the diagonal cancels below
             induced[lp] += joint.sum(axis=1) - joint.sum(axis=0)
-        self.induced = induced
+        return induced
 
+    # -- selecting ---------------------------------------------------------------------------
     @property
     def rank(self) -> np.ndarray:
         """``(V,)`` position of each token in ``ranked``, -1 for the rest (built on access)."""
@@ -413,7 +463,10 @@ class PairStage:
         p, q, d = float(self.p1[x]), float(self.target[x]), float(self.p2[x])
         if q <= p or d <= 0.0 or self._switch_mass <= 0.0:
             return 0.0
-        return min(1.0, (q - p) / (d * self._switch_mass))
+        # the same float operations as `_deficit_rule`, which built p_I: a product that
+        # underflows to 0 means c(x) = 1 there too
+        denom = d * self._switch_mass
+        return 1.0 if q - p >= denom else (q - p) / denom
 
     def _priority_first(self, x1: int, x2: int) -> float:
         """The priority rule "higher ratio wins": 1.0 if it selects ``x1``, else 0.0."""
@@ -428,15 +481,17 @@ class PairStage:
         return 1.0 if b1 > b2 else 0.0
 
 
-class ImportanceSampling(SelectionScheme):
+class ImportanceSampling(TwoStepScheme):
     """The paper's IS scheme: truncated-LP selection, then single-draft speculative sampling.
 
     Args:
         draft: ``(V,)`` with ``num_drafts=K`` or ``(K, V)``.
         target: ``(V,)``.
         num_drafts: K (K = 1 is single-draft speculative sampling).
-        s: LP tokens per stage, an integer ``>= 1``; values above V act as V.
-        alphabet: ranked tokens per stage, an integer ``>= s``; values above V act as V.
+        s: LP tokens per stage, an integer ``>= 1`` (default ``DEFAULT_LP_TOKENS``);
+            values above V act as V.
+        alphabet: ranked tokens per stage, an integer ``>= s`` (default
+            ``DEFAULT_ALPHABET``); values above V act as V.
 
     Attributes:
         stages: the ``K - 1`` :class:`PairStage` selections.
@@ -445,7 +500,8 @@ class ImportanceSampling(SelectionScheme):
 
     name = "is"
 
-    def __init__(self, *, draft, target, num_drafts=None, s: int = 5, alphabet: int = 40):
+    def __init__(self, *, draft, target, num_drafts=None, s: int = DEFAULT_LP_TOKENS,
+                 alphabet: int = DEFAULT_ALPHABET):
         super().__init__(draft=draft, target=target, num_drafts=num_drafts)
         for arg, value in (("s", s), ("alphabet", alphabet)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
@@ -464,18 +520,13 @@ class ImportanceSampling(SelectionScheme):
             self.stages.append(stage)
             induced = stage.induced
         self.induced = induced
-        positive = induced > 0
-        self._accept = np.zeros(vocab)  # min(1, q / p_I); 0 where p_I = 0 (never selected)
-        self._accept[positive] = np.minimum(1.0, self.target[positive] / induced[positive])
-        self._residual = residual(self.target, induced)
-
-    def acceptance(self) -> float:
-        """``sum_y min(q(y), p_I(y))``."""
-        return float(np.minimum(self.target, self.induced).sum())
 
     def selection_distribution(self, tokens) -> dict[int, float]:
         """Law of the selected token given the drafted tokens, ``{token: probability}``."""
-        tokens = self.check_tokens(tokens)
+        return self.selection_law(self.check_tokens(tokens))
+
+    def selection_law(self, tokens: np.ndarray) -> dict[int, float]:
+        """The stages one after another: ``{token: P(selected)}`` for validated ``tokens``."""
         law = {int(tokens[0]): 1.0}
         for stage, x in zip(self.stages, tokens[1:]):
             x = int(x)
@@ -487,25 +538,13 @@ class ImportanceSampling(SelectionScheme):
             law = new
         return law
 
-    def conditional(self, drafts):
-        dist = np.zeros(self.vocab_size)
-        accept = 0.0
-        for y, prob in self.selection_distribution(drafts).items():
-            dist[y] += prob * self._accept[y]
-            accept += prob * self._accept[y]
-        dist += (1.0 - accept) * self._residual
-        return dist, float(accept)
-
-    def sample(self, drafts, rng: np.random.Generator) -> Selection:
-        tokens = self.check_tokens(drafts)
-        check_rng(rng)
+    def select(self, tokens: np.ndarray, rng: np.random.Generator) -> int:
+        """Stage ``i`` keeps the running winner ``y`` or switches to draft ``i + 1``."""
         y = int(tokens[0])
         for stage, x in zip(self.stages, tokens[1:]):
             if rng.random() >= stage.prob_first(y, int(x)):
                 y = int(x)
-        if rng.random() * self.induced[y] < self.target[y]:  # accept w.p. min(1, q(y)/p_I(y))
-            return Selection(y, True, int(np.flatnonzero(tokens == y)[0]))
-        return Selection(sample_index(self._residual, rng), False, None)
+        return y
 
 
 __all__ = ["ImportanceSampling", "PairStage", "ratio_bins", "truncated_lp_weights"]

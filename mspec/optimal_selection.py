@@ -16,7 +16,10 @@ tokens by ``q/p`` descending and take the greatest convex minorant of the points
 are the isotonic (non-decreasing) regression of the per-token slopes ``v_t / q_t``
 (``v_t = f(prefix up to t) - f(prefix before t)``) with weights ``q_t`` -- computed by
 PAVA in ``O(V)`` after an ``O(V log V)`` sort. Its acceptance equals the closed form
-``min_S [q(S) + 1 - p(S)^K]`` of :mod:`mspec.closed_form`.
+``min_S [q(S) + 1 - p(S)^K]`` of :mod:`mspec.closed_form`. (``v_t`` is taken as
+``r^K (1 - (1 - p_t / r)^K)``, ``r`` = 1 - the prefix's mass, relatively exact: a difference
+of ``f`` values keeps only ~1e-16 absolute. Where some ``q_t < 1e-290`` the slopes, which
+would overflow, are those of ``q`` scaled by an exact power of two.)
 
 **2. Selection by random keys.** Give each draft a random *key* in ``[0, 1]`` and select
 the draft with the smallest key. If the key of a draft of token ``t`` is uniform on a set
@@ -96,9 +99,29 @@ elsewhere is expanded into token units and the slots are built again; if that ne
 many tokens, fact 5. Fact 6 is tried first when the bucket sums allow an optimum of 1,
 with 4-bit buckets (merged from the 6-bit ones: fewer units), then with the 6-bit ones.
 
+**Certified, with an exact fallback.** What the fast path builds is checked before any key
+is drawn from it (``_PoolPiece.certify``, vectorised): every piece of slots and a pool,
+and fact 6's spread, must have finite slot edges, keys that stay uniform and every atom's
+``nu``-mass ``x``, to ``CERTIFY_TOLERANCE`` (absolute ``nu``-measure; a piece that solves its
+edges lazily, by its ends and then atom by atom as they are used). Where rounding breaks
+it (a tiny ill-conditioned piece, powers that underflow near key 1, a root that did not
+converge) the piece falls back to the greedy tiling, checked in full, and the spread to
+fact 5; each fallback is recorded in ``OptimalSelection.fallbacks``. If even the greedy
+fails its check, :class:`~mspec.selection.SchemeError` -- never a silently wrong law.
+
 Exactness: the output law is exactly ``q`` (single-draft speculative sampling from the
-induced ``x``; the key laws realise ``x`` up to float rounding, ~1e-15) and
-the acceptance is the closed-form optimum. Non-identical drafts are not covered: ``f`` is
+induced ``x``) and the acceptance is the closed-form optimum, as far as the key laws realise
+``x``. Keys are floats in ``[0, 1]``, which resolve ~1e-16 of their size, and that is the
+guarantee, for both tilings: a token of a piece that ends at key ``e`` has a key law of
+length ``p_t`` to within ``8 eps e`` and of ``nu``-mass ``x_t`` to within ``32 K eps e``
+(``eps = 2^-52``; plus ``16 K 2^-1074`` at subnormal values, or 1e-300 where some
+``0 < q_t < 1e-290``). So a piece low in key space (large ``q/p``: e.g. the tokens of tiny
+``p`` under a draft colder than the target) is exact relative to its own tokens, and near
+key 1 the error is ~1e-15 absolute. (Pieces used to be exact only to ~1e-15 absolute, so a
+piece far shorter than its keys' scale got an ``x`` its keys could not hold: empty key laws,
+one constant key for all its drafts.) A token whose ``p_t`` is below the spacing of the keys
+where it lies (~1e-16 near key 1) can get a law of float length 0 (the greedy: a point),
+selected with about ``p_t h(point) ~ x_t``. Non-identical drafts are not covered: ``f`` is
 then ``1 - prod_i (1 - p_i(A))``, not a function of one additive mass, and uniform keys
 cannot reach its polytope (book section); use ``"optimal-lp"`` (small V) or ``"is"``.
 """
@@ -110,9 +133,10 @@ import math
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-from .selection import Selection, SelectionScheme, check_rng, residual_and_mass, sample_index
+from .selection import SchemeError, SelectionScheme, residual_and_mass, sample_index
 
-#: window positions closer than this count as equal (bisection resolves ~1e-16)
+#: (unused: a run of shells now moves a window that rounding put a little off the one before
+#: back into place, see _Piece._shell_run) window positions closer than this counted as equal
 WINDOW_TOLERANCE = 1e-13
 #: most safeguarded-Newton steps for a window position
 NEWTON_STEPS = 80
@@ -163,6 +187,16 @@ SPREAD_GROUP_TOKENS = 16384
 SORT_BELOW = 2048
 #: finest buckets of a split segment (6 more mantissa bits per level)
 MAX_BUCKET_BITS = 30
+#: a piece of slots and a pool (and fact 6's spread) must realise every atom's nu-mass x,
+#: and keep keys uniform, to this (absolute nu-measure; rounding leaves ~1e-15, slots may
+#: exceed their token by SLOT_TOLERANCE), or the scheme falls back to the greedy tiling,
+#: recorded in ``OptimalSelection.fallbacks``; the greedy fallback, the exact path of last
+#: resort, is held to GREEDY_CERTIFY_FACTOR times it (else SchemeError)
+CERTIFY_TOLERANCE = 1e-12
+GREEDY_CERTIFY_FACTOR = 10.0
+#: below this u* (a piece within ~1e-12 of key 1) powers of u may underflow: slot edges are
+#: then solved with overflow tolerated and clamped into their branch
+DELICATE_U = 1e-12
 
 
 def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: int):
@@ -191,6 +225,17 @@ def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: in
             main = np.flatnonzero(both)
             ratio = np.divide(target[main], draft[main])
             order = main[_argsort_positive(ratio)[::-1]]
+        if order.size and target[order[0]] / draft[order[0]] == np.inf:
+            # those tie at inf, but the pieces need them in q/p order too (a piece's x is
+            # s q, which keeps x_t <= f(t) = K p_t only in that order). q > p * 1.8e308 >
+            # 9e-16 there, so q 2^-60 stays normal (exact) and q 2^-60 / p finite.
+            head = order[: int(np.count_nonzero(ratio == np.inf))]
+            order[: head.size] = head[np.argsort(-(np.ldexp(target[head], -60) / draft[head]), kind="stable")]
+        if order.size and target[order[-1]] / draft[order[-1]] < np.finfo(float).tiny:
+            # likewise the q/p that underflow to subnormals (or 0), which keep few bits and
+            # tie where they should not; q 2^600 / p is normal there (q/p < 2.3e-308)
+            tail = order[order.size - int(np.count_nonzero(ratio < np.finfo(float).tiny)):]
+            order[order.size - tail.size:] = tail[np.argsort(-(np.ldexp(target[tail], 600) / draft[tail]), kind="stable")]
     p_sorted = np.take(draft, order, out=ratio[: order.size])  # ratio is no longer needed
     x_sorted, blocks, top = _lex_pieces(p_sorted, np.take(target, order), num_drafts)
     return order, x_sorted, blocks, top
@@ -213,21 +258,51 @@ def _lex_pieces(masses: np.ndarray, targets: np.ndarray, num_drafts: int, start:
     top = np.empty(n + 1)
     top[0] = 0.0
     np.cumsum(masses, out=top[1:])
+    # a float cumsum drifts (~1e-14 over 5e4 atoms): end it at the pairwise sum instead, so
+    # that the last atoms' keys end where their masses do (with K = 1 the drift past key 1,
+    # cut off from x but not from the key laws, was the error of the last token's law)
+    if n and top[n] > 0.0:
+        top[1:] *= float(masses.sum()) / top[n]
     if start:
         top += start
     np.minimum(top, 1.0, out=top)
     if n == 0:
         return targets, np.zeros(1, dtype=np.int64), top
-    f_prefix = _power(1.0 - top, num_drafts)
-    np.subtract(1.0, f_prefix, out=f_prefix)  # f(prefix) = P(some draft in the prefix)
-    v = np.subtract(f_prefix[1:], f_prefix[:-1], out=masses)  # what priority by q/p gives each atom
-    v /= targets
-    iso = isotonic_regression(v, weights=targets, increasing=True)
-    x_sorted = np.multiply(iso.x, targets, out=targets)
+    # v_t = nu([top_t, top_t + p_t]) = f(prefix up to t) - f(prefix before t), what priority
+    # by q/p gives atom t, as r^K (1 - (1 - p_t / r)^K) with r = 1 - top_t: relatively exact.
+    # (A difference of f = 1 - (1 - top)^K keeps only ~1e-16 absolute: a piece short against
+    # its keys' scale got x summing to a nu-mass its keys do not hold, and the slopes of
+    # atoms below that rounding were noise, pooled into pieces their keys cannot realise.)
+    room = np.subtract(top[:-1], 1.0)  # -r
+    with np.errstate(divide="ignore", invalid="ignore"):  # (r = 0 past the keys: v = 0)
+        v = np.divide(masses, room, out=masses)  # -p / r
+        tail = max(int(np.searchsorted(top, 1.0 - 1e-12)) - 1, 0)  # (atoms that end at key ~1)
+        if tail < n:  # p / r >= 1 there by rounding, or past the keys: r = +0.0, -p / r = +inf
+            end = v[tail:]
+            end[~(end >= -1.0) | (end > 0.0)] = -1.0
+        np.log1p(v, out=v)
+        v *= num_drafts
+        np.expm1(v, out=v)  # (1 - p / r)^K - 1
+    v *= _power(room, num_drafts)  # (-r)^K
+    if num_drafts % 2 == 0:
+        np.negative(v, out=v)
+    weights = targets
+    if targets.min() < 1e-290:  # (v <= 1: only then can a slope v_t / q_t overflow)
+        # a tiny (subnormal) q_t: v_t / q_t may overflow. The isotonic regression of y with
+        # weights w is that of y / c with weights c w, times c: scale q by a power of two
+        # (exact) so that every slope is finite; the slopes that underflow instead are
+        # below 1e-280 of the largest (x_t < 1e-280 there: rounding of x, not of its law)
+        with np.errstate(divide="ignore"):  # (frexp of 0 is 0)
+            shift = int(np.max(np.frexp(v)[1] - np.frexp(targets)[1])) - 1020
+        weights = np.ldexp(targets, max(shift, 0))
+    slopes = np.divide(v, weights, out=v)
+    iso = isotonic_regression(slopes, weights=weights, increasing=True)
+    v = np.multiply(slopes, weights, out=slopes)  # v again (to rounding)
+    x_sorted = np.multiply(iso.x, weights, out=targets)
     blocks = np.append(np.asarray(iso.blocks, dtype=np.int64)[:-1], n)
-    # each block is tight: its x sums to f(end) - f(start) up to rounding; make it exact
+    # each block is tight: its x sums to its atoms' v up to rounding; make it exact
     sums = np.add.reduceat(x_sorted, blocks[:-1])
-    want = f_prefix[blocks[1:]] - f_prefix[blocks[:-1]]
+    want = np.add.reduceat(v, blocks[:-1])
     scale = np.divide(want, sums, out=np.ones_like(sums), where=sums > 0)
     if blocks.size - 1 <= 8:  # few pieces: scale in place, piece by piece (no n-long temporary)
         for a, b, c in zip(blocks[:-1], blocks[1:], scale):
@@ -287,6 +362,12 @@ class _Piece:
     root solve; long runs of shells go to a vectorised solve of all their windows at
     once (:meth:`_shell_run`). Each tiled token keeps its key set as intervals
     (``frag_start``/``frag_end``, rows ``first[i]:first[i] + count[i]``).
+
+    Rounding: windows are measured without cancellation (:meth:`_window`), a new block is
+    placed by the token's own density ``x / p``, targets are scaled to what the free keys
+    hold (:meth:`_scale`, so that roundings do not pile up on the last token), a window that
+    rounding put a little off the one before is moved back, and a token below the keys'
+    resolution is a point that opens no block (module docstring, "Exactness").
     """
 
     def __init__(self, masses: np.ndarray, targets: np.ndarray, start: float, num_drafts: int):
@@ -294,8 +375,18 @@ class _Piece:
         self.size = masses.size
         self.length = float(masses.sum())
         self.base = 1.0 - start
-        self.cum_mass = np.concatenate([[0.0], np.cumsum(masses)])
-        self.cum_target = np.concatenate([[0.0], np.cumsum(targets)])
+        # a run of shells solves windows of prefix sums: in extended precision, since a float
+        # cumsum over ~1e4 tokens drifts by ~1e-12, which the last token would absorb
+        self.cum_mass = np.concatenate([[0.0], np.cumsum(masses, dtype=np.longdouble).astype(float)])
+        self.cum_target = np.concatenate([[0.0], np.cumsum(targets, dtype=np.longdouble).astype(float)])
+        self.rest_target = np.append(np.cumsum(targets[::-1], dtype=np.longdouble)[::-1].astype(float), 0.0)
+        self.point_x = 0.0  # x of the tokens tiled as points (no float length; see _scale)
+        self._used = [0.0, 0.0]  # nu of the sets so far, and its rounding (Kahan)
+        # a piece short against its keys' scale (as in _PoolPiece.build) takes nu without
+        # cancellation, and tolerances relative to its own length and nu-mass
+        self.fine = self.length < 0.5 * self.base
+        self.nu_tol = NU_TOLERANCE * (float(self.nu(self.length)) if self.fine else 1.0)
+        self.width_tol = WIDTH_TOLERANCE * (self.length if self.fine else 1.0)
         self._p, self._x = masses.tolist(), targets.tolist()
         self.done = 0  # tokens tiled so far
         self.blocks = 0  # blocks opened (a shell never opens one)
@@ -314,11 +405,9 @@ class _Piece:
         return self.blocks
 
     def nu(self, m):
+        if self.fine:  # -base^K expm1(K log1p(-m / base)): relative rounding (m <= length < base)
+            return -(self.base**self.k) * np.expm1(self.k * np.log1p(-np.asarray(m) / self.base))
         return self.base**self.k - np.maximum(self.base - m, 0.0) ** self.k
-
-    def _r(self, m: float) -> float:
-        r = self.base - m
-        return r**self.k if r > 0.0 else 0.0
 
     def _density(self, m: float) -> float:
         r = self.base - m
@@ -333,8 +422,10 @@ class _Piece:
                 continue
             self._step()
 
-    def _solve(self, fn, slope, lo: float, hi: float, increasing: bool) -> float:
-        """Root of the monotone ``fn`` on ``[lo, hi]`` (clamped): Newton in a bracket."""
+    def _solve(self, fn, slope, lo: float, hi: float, increasing: bool, tol: float | None = None) -> float:
+        """Root of the monotone ``fn`` on ``[lo, hi]`` (clamped): Newton in a bracket, to
+        ``|fn| <= tol`` (default: the piece's) or a bracket of the piece's width tolerance."""
+        tol = self.nu_tol if tol is None else tol
         f_lo, f_hi = fn(lo), fn(hi)
         if (f_lo >= 0.0) if increasing else (f_lo <= 0.0):
             return lo
@@ -343,7 +434,10 @@ class _Piece:
         z = 0.5 * (lo + hi)
         for _ in range(NEWTON_STEPS):
             val = fn(z)
-            if abs(val) <= NU_TOLERANCE or hi - lo <= WIDTH_TOLERANCE:
+            if abs(val) <= tol or hi - lo <= self.width_tol:
+                d = slope(z)  # one more Newton step: the residual drops to rounding, of either sign
+                step = z - val / d if d != 0.0 else z
+                z = step if lo <= step <= hi else z
                 break
             if (val < 0.0) == increasing:
                 lo = z
@@ -354,25 +448,84 @@ class _Piece:
             z = step if lo < step < hi else 0.5 * (lo + hi)
         return z
 
+    def _window(self, a: float, size: float) -> float:
+        """``nu([a, a + size])`` (piece coordinates), relatively exact: ``w^K (1 - (1 - size /
+        w)^K)`` with ``w = base - a``. (A difference of powers loses a tiny window to rounding,
+        and so do its float ends, ``a + size``: a token's window was then placed by noise,
+        where the density is off by up to ~1e-16 / size -- a first token of 1e-16 anywhere.)"""
+        w = self.base - a
+        if not (w > 0.0 and size > 0.0):
+            return 0.0
+        share = size / w
+        return w**self.k if share >= 1.0 else -(w**self.k) * math.expm1(self.k * math.log1p(-share))
+
+    def _mean_density(self, a: float, size: float) -> float:
+        """``nu([a, a + size]) / size`` without cancellation (nor subnormal ``nu``)."""
+        w = self.base - a
+        if not w > 0.0:
+            return 0.0
+        share = size / w
+        if share < 1e-10:  # (two terms of the series: the rest is below rounding)
+            return self.k * w ** (self.k - 1) * (1.0 - 0.5 * (self.k - 1) * share)
+        return self._window(a, size) / size
+
+    def _mean_slope(self, a: float, size: float) -> float:
+        """The derivative of :meth:`_mean_density` in ``a``."""
+        w = self.base - a
+        if not w > 0.0:
+            return 0.0
+        if size < 1e-10 * w:
+            return -self.k * (self.k - 1) * w ** (self.k - 2) if self.k > 1 else 0.0
+        return (self._density(a + size) - self._density(a)) / size
+
+    def _scale(self, i: int) -> float:
+        """The free space's ``nu`` over what tokens ``i..`` should hold: their targets are
+        scaled by it (by at most 1e-6). Else the roundings and tolerances of earlier root
+        solves would all land on the piece's last token (~1e-12 over ~1e4 tokens). (A token
+        below the keys' resolution is a point, which takes no length but is selected with
+        ``~p h(point) ~ x``: its ``x`` counts as used.)"""
+        free = self._window(0.0, self.length) - self._used[0]
+        rest = float(self.rest_target[i])
+        return min(max((free - self.point_x) / rest, 1.0 - 1e-6), 1.0 + 1e-6) if rest > 0.0 else 1.0
+
+    def _use(self, nu: float) -> None:
+        """Add the ``nu`` of new sets to the used keys' (compensated: ~1e4 terms)."""
+        used, rounding = self._used
+        step = nu - rounding
+        total = used + step
+        self._used = [total, (total - used) - step]
+
     def _step(self) -> None:
         """Tile token ``done`` by itself (a shell or a new block)."""
-        i, r, dens = self.done, self._r, self._density
-        p, x, top = self._p[i], self._x[i], self.frontier
+        i, nu, dens = self.done, self._window, self._density
+        p, top = self._p[i], self.frontier
+        x = self._x[i] * (self._scale(i) if i else 1.0)
         self.first[i] = len(self._frag_start)
-        bottom_only = r(top) - r(min(top + p, self.length))
-        if i == 0 or bottom_only > x + NU_TOLERANCE or not self.gap_start:
-            # a new block [top + g, top + g + p]; its nu falls as the gap g grows
-            g = self._solve(lambda g: r(top + g) - r(top + g + p) - x,
-                            lambda g: dens(top + g + p) - dens(top + g),
-                            0.0, max(self.length - top - p, 0.0), increasing=False)
-            if g > 0.0:
-                self.gap_start.append(top)
-                self.gap_end.append(top + g)
-            self._frag_start.append(top + g)
-            self._frag_end.append(top + g + p)
-            self.frontier = top + g + p
-            self.blocks += 1
-            self.shell_run = 0
+        bottom_only = nu(top, min(p, self.length - top))
+        if i == 0 or bottom_only > x + min(self.nu_tol, NU_TOLERANCE * x) or not self.gap_start:
+            # a new block [top + g, top + g + p]; its mean density falls as the gap g grows:
+            # solved to the token's own density x / p, which picks where the block goes
+            g = self._solve(lambda g: self._mean_density(top + g, p) - x / p,
+                            lambda g: self._mean_slope(top + g, p),
+                            0.0, max(self.length - top - p, 0.0), increasing=False,
+                            tol=NU_TOLERANCE * x / p)
+            if self.start + (top + g) == self.start + (top + g + p):
+                # below the keys' resolution there: a point, which opens no block (a block
+                # would anchor the shells after it, at a density that p and x this small do
+                # not resolve: the first token of 4e-323 put them 2% off)
+                self._frag_start.append(top + g)
+                self._frag_end.append(top + g)
+                self.point_x += x
+            else:
+                if g > 0.0:
+                    self.gap_start.append(top)
+                    self.gap_end.append(top + g)
+                self._frag_start.append(top + g)
+                self._frag_end.append(top + g + p)
+                self.frontier = top + g + p
+                self.blocks += 1
+                self.shell_run = 0
+                self._use(nu(top + g, p))
         else:
             # a shell: length a from the nearest gaps (eaten upwards), p - a below frontier
             used, nu_used = 0.0, 0.0  # length and nu of whole gaps eaten so far
@@ -381,10 +534,10 @@ class _Piece:
                 room = min(e_gap - a_gap, p - used)
 
                 def total(a, e=e_gap, used=used, nu_used=nu_used):
-                    return nu_used + r(e - a) - r(e) + r(top) - r(top + p - used - a) - x
+                    return nu_used + nu(e - a, a) + nu(top, p - used - a) - x
 
                 if total(room) < 0.0 and room == e_gap - a_gap and len(self.gap_start) > 1:
-                    used, nu_used = used + room, nu_used + r(a_gap) - r(e_gap)
+                    used, nu_used = used + room, nu_used + nu(a_gap, room)
                     self._frag_start.append(a_gap)
                     self._frag_end.append(e_gap)
                     self.gap_start.pop()
@@ -404,7 +557,12 @@ class _Piece:
                     self._frag_start.append(top)
                     self._frag_end.append(top + below)
                 self.frontier = top + below
+                self._use(nu_used + nu(e_gap - a, a) + nu(top, below))
                 break
+            if len(self._frag_start) == self.first[i]:  # p below the keys' resolution: a point
+                self._frag_start.append(top)
+                self._frag_end.append(top)
+                self.point_x += x
             self.shell_run += 1
         self.count[i] = len(self._frag_start) - self.first[i]
         self.done = i + 1
@@ -427,17 +585,22 @@ class _Piece:
         def nu_and_density(z):  # nu of the first z of free length, and the density at z
             j, m = where(z)
             rest = np.maximum(base - m, 0.0)
+            if self.fine:  # (no cancellation in a short piece)
+                return nu_before[j] + (self.nu(m) - gap_nu0[j]), k * rest ** (k - 1)
             return nu_before[j] + gap_nu0[j] - rest**k, k * rest ** (k - 1)
 
         base, k = self.base, self.k
-        gap_nu0 = np.maximum(base - gap_start, 0.0) ** k  # nu(m) - nu(gap start) = gap_nu0 - rest^k
+        # nu(m) - nu(gap start) = gap_nu0 - rest^k (fine: gap_nu0 = nu(gap start))
+        gap_nu0 = self.nu(gap_start) if self.fine else np.maximum(base - gap_start, 0.0) ** k
         first = self.done
+        scale = self._scale(first)  # (the run's windows make up for the rounding before it)
         begin, chunk = first, FIRST_CHUNK
         prev_s = prev_b = seam
         while True:
             end = min(self.size, begin + chunk)
             c = self.cum_mass[begin + 1 : end + 1] - self.cum_mass[first]  # window length
-            d = self.cum_target[begin + 1 : end + 1] - self.cum_target[first]  # its nu-mass
+            c_first = self.cum_mass[begin] - self.cum_mass[first]  # (the window before)
+            d = (self.cum_target[begin + 1 : end + 1] - self.cum_target[first]) * scale  # its nu-mass
             # window [S, S + c] with nu-mass d; its nu falls as S grows. Newton inside a
             # shrinking bracket (bisection when a step leaves it).
             lo, hi = np.zeros_like(c), np.maximum(free - c, 0.0)
@@ -450,19 +613,32 @@ class _Piece:
                 nu_b, dens_b = nu_and_density(s + c)
                 nu_t, dens_t = nu_and_density(s)
                 gap = np.where(open_, nu_b - nu_t - d, 0.0)
-                if np.all((np.abs(gap) <= NU_TOLERANCE) | (hi - lo <= WIDTH_TOLERANCE)):
-                    break
-                lo = np.where(gap > 0, s, lo)
-                hi = np.where(gap < 0, s, hi)
+                converged = np.all((np.abs(gap) <= self.nu_tol) | (hi - lo <= self.width_tol))
+                if not converged:
+                    lo = np.where(gap > 0, s, lo)
+                    hi = np.where(gap < 0, s, hi)
                 with np.errstate(divide="ignore", invalid="ignore"):
                     step = s - gap / (dens_b - dens_t)
                 inside = (step >= lo) & (step <= hi)
+                if converged:  # one more Newton step: residuals at rounding, of either sign
+                    s = np.where((gap != 0) & inside, step, s)
+                    break
                 s = np.where(gap == 0, s, np.where(inside, step, 0.5 * (lo + hi)))
+            # a shell needs the window to grow on both sides; else a new block starts. A
+            # short window's root is ill-conditioned (its nu moves little with S), so a
+            # window a little off the one before is rounding: it is moved into the range that
+            # contains that one, S in [S' - p, S'] (the token's length stays exact, its nu
+            # moves by at most the tolerance; before, steps up to WINDOW_TOLERANCE were kept
+            # and the token's set grew by them: ~1e-13 of length and nu)
+            clamped, last_s = s.copy(), prev_s
+            for n, (raw, p_n) in enumerate(zip(s.tolist(), np.diff(c, prepend=c_first).tolist())):
+                last_s = min(max(raw, last_s - p_n), last_s)
+                clamped[n] = last_s
+            bad = np.abs(s - clamped) * np.abs(dens_b - dens_t) > self.nu_tol
+            s = clamped
             b = s + c
             s_prev = np.concatenate([[prev_s], s[:-1]])
             b_prev = np.concatenate([[prev_b], b[:-1]])
-            # a shell needs the window to grow on both sides; else a new block starts
-            bad = (s > s_prev + WINDOW_TOLERANCE) | (b < b_prev - WINDOW_TOLERANCE)
             n_ok = int(np.argmax(bad)) if bad.any() else s.size
             self._store(begin, where, s[:n_ok], s_prev[:n_ok], b_prev[:n_ok], b[:n_ok], squeezed, gap_start, lengths)
             self.done = begin + n_ok
@@ -471,6 +647,7 @@ class _Piece:
             if n_ok < s.size or end == self.size:
                 break
             begin, chunk = end, chunk * 4
+        self._use(float(nu_and_density(prev_b)[0] - nu_and_density(prev_s)[0]))
         # the run's window [prev_s, prev_b] is used: eat [prev_s, seam) from the stack
         # (bottom of the nearest gap upwards) and [seam, prev_b) below the frontier
         eat = max(seam - prev_s, 0.0)
@@ -514,6 +691,11 @@ class _Piece:
                         starts.append(gap_start[k] + a - squeezed[k])
                         ends.append(gap_start[k] + e - squeezed[k])
                     k += 1
+            if len(self._frag_start) + len(starts) == self.first[begin + n]:
+                # the window did not grow in floats (p below the keys' resolution): a point
+                starts.append(lo[n, 1])
+                ends.append(lo[n, 1])
+                self.point_x += self._x[begin + n]
             self.count[begin + n] = len(self._frag_start) + len(starts) - self.first[begin + n]
         self._frag_start.extend(starts)
         self._frag_end.extend(ends)
@@ -565,6 +747,14 @@ class _PoolPiece:
     greedy :class:`_Piece` for the whole piece.
     """
 
+    #: where certificate failures of the tiled groups' pieces are noted (the scheme's
+    #: ``fallbacks``), and their tolerance (None: CERTIFY_TOLERANCE); set by the owner
+    notes: list | None = None
+    tolerance: float | None = None
+    #: built lazily (not every slot edge solved): certified by its ends, then atom by atom
+    #: (the atoms certified so far: ``checked``); set by the owner
+    lazy: bool = False
+
     def __init__(self, start, length, n, front, back, num_drafts, depth=0):
         self.start, self.length, self.n, self.k = start, length, n, num_drafts
         self.front, self.back = front, back
@@ -588,6 +778,24 @@ class _PoolPiece:
         def big_h(m):  # nu([0, m]) of the piece
             return base**k - np.maximum(base - m, 0.0) ** k
 
+        def window(lo, hi):  # nu([lo, hi]) of the piece
+            return big_h(hi) - big_h(lo)
+
+        # A piece short against its keys' scale (length < base / 2, base = 1 - start): nu as a
+        # difference of powers of u = base - m keeps only ~1e-16 base^K absolute, which is
+        # not small against the piece's nu there -- its mean density g would not be that of
+        # its x (relatively exact, from _lex_pieces), and the u-space slot edges would be
+        # exact only to ~1e-16 base, not to ~1e-16 of the piece. Such a piece gets nu without
+        # cancellation and its edges refined in m itself.
+        fine = length < 0.5 * base and k > 1
+        if fine:
+            def big_h(m):  # -base^K expm1(K log1p(-m / base)): relative rounding
+                return -(base**k) * np.expm1(k * np.log1p(-np.minimum(m, base) / base))
+
+            def window(lo, hi):
+                w = base - lo
+                return -(w**k) * np.expm1(k * np.log1p(-(hi - lo) / w))
+
         total = float(big_h(length))
         g = total / length if length > 0 else 0.0
         dens = targets / masses
@@ -602,15 +810,19 @@ class _PoolPiece:
             masses[:n_front], targets[:n_front], g,
             want=np.cumsum(targets[:n_front] - g * masses[:n_front]),  # Phi(C_t) = H(C_t) - g C_t
             root=(lambda want: np.maximum(top_value - want, phi_star), lambda u: base - u, k, True, base),
-            window_nu=lambda lo, hi: big_h(hi) - big_h(lo),
+            window_nu=window,
             extent=base - u_star, most=top_value - phi_star, denser=True)
         back = _Side(  # measured from the bottom of the piece, the sparsest token first
             masses[n - n_back:][::-1], targets[n - n_back:][::-1], g,
             want=np.cumsum((g * masses[n - n_back:] - targets[n - n_back:])[::-1]),  # Psi(D_t)
             root=(lambda want: np.maximum(bottom_value - want, phi_star), lambda u: u - bottom, k, False, bottom),
-            window_nu=lambda lo, hi: big_h(length - lo) - big_h(length - hi),
+            window_nu=lambda lo, hi: window(length - hi, length - lo),
             extent=u_star - bottom, most=bottom_value - phi_star, denser=False)
-        if all_edges:
+        if fine:  # Phi(C) = H(C) - g C from the top, Psi(D) = g D - nu([P - D, P]) from the bottom
+            front.refine = (lambda c: big_h(c) - g * c, lambda c: k * (base - c) ** (k - 1) - g, length)
+            back.refine = (lambda d: g * d + (bottom + d) ** k * np.expm1(k * np.log1p(-d / (bottom + d))),
+                           lambda d: g - k * (bottom + d) ** (k - 1), length)
+        if all_edges or fine:  # (fine: every edge refined and checked, no chord bounds)
             _Side.solve_all(front, back)
         if not (front.settle() and back.settle()):
             return None
@@ -660,6 +872,19 @@ class _PoolPiece:
         sub = None
         if self.depth < MAX_DEPTH and own.size > 1 and own.min() > 0.0:
             sub = _PoolPiece.build(own, held, top, self.k, self.depth + 1)
+        why = sub.certify(own, held, tolerance=self.tolerance) if sub is not None else None
+        if why is not None:  # (rounding broke it: the greedy, checked in full, noted)
+            sub = _Piece(own, held, top, self.k)
+            failed = _certify_greedy(sub, own, held)
+            if self.notes is not None:
+                self.notes.append(f"group of {own.size} at depth {self.depth + 1}: slots and pool -> greedy: {why}"
+                                  + (f"; the greedy: {failed}" if failed else ""))
+            if failed is not None:
+                raise SchemeError(f"scheme 'optimal' could not certify its key laws ({why}; the greedy "
+                                  f"fallback: {failed}); please report the draft and target. 'specinfer' is "
+                                  "exact on every input and can stand in meanwhile")
+        if isinstance(sub, _PoolPiece):
+            sub.notes, sub.tolerance = self.notes, self.tolerance
         return sub if sub is not None else _Piece(own, held, top, self.k)
 
     def fragments(self, i: int, mass: float) -> list[tuple[float, float, float]]:
@@ -686,9 +911,225 @@ class _PoolPiece:
         if w < own or share <= 0.0 or self.pool_len <= 0.0:
             tiled = self._group_tiling(i)
             if tiled is not None:
-                return tiled[0].sample_key(tiled[1], tiled[2], min(w / own, 1.0))
+                return tiled[0].sample_key(tiled[1], tiled[2], min(w / own, 1.0) if own > 0.0 else 0.0)
             return float(self.start + lo + (min(w / own, 1.0) * (hi - lo) if own > 0.0 else 0.0))
         return float(self.start + self.pool_start + (w - own) / share * self.pool_len)
+
+    def certify(self, masses: np.ndarray, targets: np.ndarray, skip=(), tolerance: float | None = None):
+        """``None`` if the slots and pool realise the atoms to float rounding, else what fails.
+
+        The construction is exact in exact arithmetic; rounding can break it where its edge
+        equations are ill-conditioned (a piece far shorter than 1e-8, keys whose powers
+        underflow) or a root does not converge. So check, vectorised, the key laws as
+        :meth:`sample_key` draws them: finite slot edges; keys that stay uniform -- the
+        ``nu``-measure of the keys where the shares do not add up to 1 (a slot longer than
+        its owners, reversed edges, slots past the piece or over each other, a pool its
+        shares do not fill) -- and every atom's ``nu``-mass ``p_t nu(law) / |law|``, both
+        to ``tolerance`` (absolute; default ``CERTIFY_TOLERANCE``: float keys resolve
+        ~1e-16). A tiled group's own piece is certified when it is built (:meth:`tile_slot`);
+        its members' ``nu``-masses here are the ones it is built for. ``skip``: groups (keys
+        ``(front, first)``) whose members the caller checks instead.
+
+        Args:
+            masses: ``(n,)`` the atoms' draft masses, in piece order (as built).
+            targets: ``(n,)`` their ``x``.
+        """
+        tol = CERTIFY_TOLERANCE if tolerance is None else tolerance
+        n, length, k, pool_len = self.n, self.length, self.k, self.pool_len
+        base = 1.0 - self.start
+        dense = k * base ** (k - 1) if k > 1 else 1.0  # the largest nu-density in (and next to) the piece
+        ends = [float(side.edges[-1] if side.solved else side.edge(side.size)) for side in (self.front, self.back)]
+        defect = dense * max(ends[0] + ends[1] - length, 0.0)  # nu of keys not covered once
+        if pool_len > 0.0:
+            top, bottom = base - ends[0], max(base - ends[0] - pool_len, 0.0)
+            nu_pool = max(top, 0.0) ** k - bottom**k
+            density = nu_pool / pool_len
+        owned_sum, worst = 0.0, 0.0
+        for front, side in ((True, self.front), (False, self.back)):
+            m = side.size
+            if not m:
+                continue
+            edges = side.edges if side.solved else side.edge(np.arange(m + 1))
+            width = edges[1:] - edges[:-1]
+            narrowest, last = float(width.min()), float(edges[-1])
+            if not (math.isfinite(narrowest) and math.isfinite(last)):  # (a NaN or inf edge shows here)
+                return "slot edges not finite"
+            defect += dense * (max(-narrowest, 0.0) * m + max(last - length, 0.0))
+            u = np.subtract(base, edges) if front else np.add(edges, base - length)
+            power = _power(np.maximum(u, 0.0, out=u), k)  # (1 - key)^K at every edge
+            nu_slot = power[:-1] - power[1:] if front else power[1:] - power[:-1]
+            side_masses = side.masses
+            over = None
+            if side._first is None:  # one token per slot: it owns all of it unless too long
+                owned, held, over = width, nu_slot, width - side_masses
+                if narrowest < 0.0 or float(over.max()) > 0.0:  # (reversed: counted above)
+                    over = None
+                    owned = np.maximum(np.minimum(width, side_masses), 0.0)
+                    part = np.divide(owned, width, out=np.zeros(m), where=width > 0.0)
+                    defect += float(np.sum(np.where(width > 0.0, (1.0 - part) * nu_slot, 0.0)))
+                    held = part * nu_slot
+            else:  # a group's members share the group's slot
+                grouped = side._first >= 0
+                first, end = np.maximum(side._first, 0), side._end
+                lo = np.where(grouped, edges[first], edges[:-1])
+                hi = np.where(grouped, edges[end], edges[1:])
+                slot_nu = np.where(grouped, (power[first] - power[end]) * (1.0 if front else -1.0), nu_slot)
+                owned = np.where(hi > lo, np.where(grouped, side._own, np.minimum(width, side_masses)), 0.0)
+                part = np.divide(owned, hi - lo, out=np.zeros(m), where=hi > lo)
+                held = part * slot_nu
+                defect += float(np.sum(np.where(grouped | ~(hi > lo), 0.0, (1.0 - part) * slot_nu)))
+                heads = np.flatnonzero(side._first == np.arange(m))
+                g_width = edges[end[heads]] - edges[heads]
+                g_own = np.bincount(side._first[grouped], weights=side._own[grouped], minlength=m)[heads]
+                defect += float(np.sum(np.abs(g_width - g_own) * np.divide(
+                    slot_nu[heads], g_width, out=np.zeros(heads.size), where=g_width > 0.0)))
+            checked = None
+            for first_, (_, t_held, tokens) in side.tiled.items():
+                if held is nu_slot:
+                    held = held.copy()
+                held[tokens] = t_held  # (the group's own piece realises these)
+                if (front, first_) in skip:
+                    checked = np.ones(m, dtype=bool) if checked is None else checked
+                    checked[first_ : int(side._end[first_])] = False
+            owned_sum += last - float(edges[0]) if over is not None else float(owned.sum())
+            if pool_len > 0.0 and over is not None:  # (the usual case: every slot owned in full)
+                over *= density
+                error = np.abs(np.subtract(held, over, out=over) - side.targets)  # (p_t - own_t = -over_t)
+            elif pool_len > 0.0:  # a key is drawn from the slot w.p. own / p_t, else from the pool
+                error = np.abs(held + (side_masses - owned) * density - side.targets)
+            else:
+                error = self._without_pool(side_masses, side.targets, owned, held, dense)
+            worst = max(worst, float(error.max() if checked is None else error[checked].max(initial=0.0)))
+        middle = slice(self.front.size, n - self.back.size)  # (density exactly g: the pool only)
+        if middle.start < middle.stop:
+            if pool_len > 0.0:
+                error = np.abs(masses[middle] * density - targets[middle])
+            else:
+                zero = np.zeros(middle.stop - middle.start)
+                error = self._without_pool(masses[middle], targets[middle], zero, zero, dense)
+            worst = max(worst, float(error.max()))
+        if pool_len > 0.0:  # the shares p_t - own_t must fill the pool
+            defect += abs((length - owned_sum) / pool_len - 1.0) * nu_pool
+        if not defect <= tol:  # (also a NaN)
+            return f"keys not uniform on nu-measure {defect:.3g}"
+        if not worst <= tol:
+            return f"a key law's nu-mass is off by {worst:.3g}"
+        return None
+
+    @staticmethod
+    def _without_pool(masses, targets, owned, held, dense):
+        """|nu-mass - x| of atoms whose keys come from their slots only (no pool): an empty
+        law (p_t below the keys' resolution) is a point, of nu-mass at most p_t dense."""
+        real = np.divide(masses * held, owned, out=masses * dense, where=owned > 0.0)
+        return np.where(owned > 0.0, np.abs(real - targets), np.maximum(real, targets))
+
+    def certify_ends(self, tolerance: float | None = None):
+        """What :meth:`certify` checks without solving every slot edge, for a piece built
+        lazily (more than ``ALL_EDGES_BELOW`` atoms; solving all its edges would cost more than
+        building it): finite ends of the slots, front and back slots apart. Its atoms are
+        then certified one by one, before any key is drawn from them (:meth:`certify_atom`)."""
+        tol = CERTIFY_TOLERANCE if tolerance is None else tolerance
+        k, base = self.k, 1.0 - self.start
+        dense = k * base ** (k - 1) if k > 1 else 1.0
+        ends = [float(side.edge(side.size)) if side.size else 0.0 for side in (self.front, self.back)]
+        if not all(math.isfinite(e) for e in ends):
+            return "slot edges not finite"
+        if not dense * max(ends[0] + ends[1] - self.length, 0.0) <= tol:
+            return "front and back slots overlap"
+        return None
+
+    def certify_atom(self, i: int, mass: float, target: float, tolerance: float | None = None):
+        """:meth:`certify` for local atom ``i`` alone (draft mass ``mass``, ``x`` ``target``):
+        finite, ordered slot edges, the part of its slot that nobody owns and its ``nu``-mass,
+        to ``tolerance`` (a tiled group's piece is built, and so certified, here)."""
+        tol = CERTIFY_TOLERANCE if tolerance is None else tolerance
+        k, base = self.k, 1.0 - self.start
+        dense = k * base ** (k - 1) if k > 1 else 1.0
+        if i < self.front.size:
+            side, j = self.front, i
+        elif self.n - 1 - i < self.back.size:
+            side, j = self.back, self.n - 1 - i
+        else:
+            side = None  # (density exactly g: the pool only)
+        defect, held = 0.0, 0.0
+        lo, hi, own = self._slot(i)
+        if side is not None:
+            raw = side.edge(np.array([j, j + 1]))
+            if not (math.isfinite(float(raw[0])) and math.isfinite(float(raw[1]))):
+                return "slot edges not finite"
+            defect += dense * max(float(raw[0] - raw[1]), 0.0)
+            if hi > lo:
+                nu_slot = (base - lo) ** k - max(base - hi, 0.0) ** k
+                first = side.group_first(j)
+                if first >= 0:  # the group's slot: its members must own all of it
+                    owned = float(side._own[first : side.group_end(j)].sum())
+                    defect += abs(1.0 - owned / (hi - lo)) * nu_slot
+                else:
+                    defect += (1.0 - own / (hi - lo)) * nu_slot
+                tiled = self._group_tiling(i)
+                if tiled is not None:
+                    own_all, held_all, _ = side.tiled[first]
+                    held = float(held_all[tiled[1]])
+                else:
+                    held = own / (hi - lo) * nu_slot
+        if self.pool_len > 0.0:
+            start = float(self.front.edge(self.front.size)) if self.front.size else 0.0
+            density = ((base - start) ** k - max(base - start - self.pool_len, 0.0) ** k) / self.pool_len
+            error = abs(held + max(mass - own, 0.0) * density - target)
+        else:
+            error = abs(mass * held / own - target) if own > 0.0 else max(mass * dense, target)
+        if not defect <= tol:
+            return f"keys not uniform on nu-measure {defect:.3g}"
+        if not error <= tol:
+            return f"a key law's nu-mass is off by {error:.3g}"
+        return None
+
+
+def _certify_piece(piece, masses: np.ndarray, targets: np.ndarray, tolerance: float | None = None):
+    """``_PoolPiece.certify`` for either kind of piece (the greedy: :func:`_certify_greedy`)."""
+    if isinstance(piece, _PoolPiece):
+        return piece.certify(masses, targets, tolerance=tolerance)
+    tol = CERTIFY_TOLERANCE if tolerance is None else tolerance
+    return _certify_greedy(piece, masses, targets, GREEDY_CERTIFY_FACTOR * tol)
+
+
+def _certify_greedy(piece, masses: np.ndarray, targets: np.ndarray, tolerance: float | None = None):
+    """``None`` if the greedy tiling ``piece`` (a :class:`_Piece`, tiled in full here) realises
+    its atoms, else what fails: as ``_PoolPiece.certify``, every atom's ``nu``-mass
+    ``p_t nu(sets) / |sets|`` and the ``nu``-measure of the keys not covered exactly once
+    (gaps, overlaps, sets outside the piece, lengths other than ``p_t``), to ``tolerance``."""
+    tol = GREEDY_CERTIFY_FACTOR * CERTIFY_TOLERANCE if tolerance is None else tolerance
+    k, lo, hi = piece.k, piece.start, piece.start + piece.length
+
+    def nu(a, b):
+        return (1.0 - a) ** k - (1.0 - b) ** k
+
+    starts, ends, defect = [], [], 0.0
+    for i in range(piece.size):
+        sets = np.array([f[:2] for f in piece.fragments(i)], dtype=float).reshape(-1, 2)
+        a, b = sets[:, 0], sets[:, 1]
+        drawn, held = float(np.sum(b - a)), float(np.sum(nu(a, b)))
+        # (an empty set, p_t below the keys' resolution, is a point: nu-mass p_t x density)
+        error = abs(float(masses[i]) * held / drawn - float(targets[i])) if drawn > 0.0 else max(
+            float(masses[i]) * k * (1.0 - lo) ** (k - 1), float(targets[i]))
+        if not error <= tol:
+            return f"greedy: the set of atom {i} has a nu-mass off by {error:.3g}"
+        if drawn > 0.0:
+            defect += abs(float(masses[i]) / drawn - 1.0) * held  # (keys drawn at density 1 / |sets|)
+        starts.append(a)
+        ends.append(b)
+    a, b = np.concatenate(starts), np.concatenate(ends)
+    order = np.argsort(a, kind="stable")
+    a, b = a[order], b[order]
+    reach = np.maximum.accumulate(b)  # the union of the sets, as merged intervals
+    new = np.flatnonzero(np.concatenate([[True], a[1:] > reach[:-1]]))
+    u0, u1 = a[new], reach[np.append(new[1:] - 1, a.size - 1)]
+    union = float(np.sum(nu(u0, u1)))
+    inside = float(np.sum(nu(np.clip(u0, lo, hi), np.clip(u1, lo, hi))))
+    defect += float(np.sum(nu(a, b))) - union + union - inside + float(nu(lo, hi)) - inside
+    if not defect <= tol:
+        return f"greedy: keys not uniform on nu-measure {defect:.3g}"
+    return None
 
 
 class _Side:
@@ -715,6 +1156,10 @@ class _Side:
         self.edges = np.full(self.size + 1, np.nan)
         self.edges[0] = 0.0
         self.solved = self.size == 0  # all edges known
+        # (phi, slope, most): the edge equation phi(edge) = want without cancellation, edges
+        # in [0, most], to refine the u-space roots (a piece short against its keys' scale,
+        # see _PoolPiece.build); None: not needed
+        self.refine = None
         # groups: (first, end, own) of every token, as arrays made at the first group
         # (first = -1: no group); first -> (own lengths, nu-masses, tokens) of a tiled
         # group, densest first
@@ -741,8 +1186,16 @@ class _Side:
         missing = idx[np.isnan(self.edges[idx])]
         if missing.size:  # (a repeated index is solved twice, to the same value)
             roots = _power_root(self.rhs_of(self.want[missing - 1]), self.g, self.k, self.rising, self.far)
-            self.edges[missing] = np.clip(self.to_edge(roots), 0.0, self.extent)
+            self.edges[missing] = self._refined(np.clip(self.to_edge(roots), 0.0, self.extent), missing - 1)
+            if idx.size == self.edges.size:  # all of them: ordered (roots of neighbours can
+                np.maximum.accumulate(self.edges, out=self.edges)  # cross by rounding, ~1e-28)
         return self.edges[i]
+
+    def _refined(self, edges: np.ndarray, rows) -> np.ndarray:
+        """``edges`` (of ``want[rows]``), refined where the side has an exact edge equation."""
+        if self.refine is None:
+            return edges
+        return _concave_root(edges, self.want[rows], *self.refine, self.g)
 
     @staticmethod
     def solve_all(front: "_Side", back: "_Side") -> None:
@@ -755,14 +1208,15 @@ class _Side:
         rhs = [side.rhs_of(side.want) for side in (front, back)]
         roots = _power_root_both(rhs[0], rhs[1], front.g, front.k, front.far, back.far)
         for side, part in zip((front, back), (roots[: front.size], roots[front.size :])):
-            side.edges[1:] = np.clip(side.to_edge(part), 0.0, side.extent)
+            side.edges[1:] = side._refined(np.clip(side.to_edge(part), 0.0, side.extent), slice(None))
+            np.maximum.accumulate(side.edges, out=side.edges)  # (rounding can cross neighbours)
             side.solved = True
 
     def settle(self) -> bool:
         """Find the tokens that need a group, and group them; False if impossible."""
         if self.size == 0:
             return True
-        masses, g = self.masses, self.g
+        masses = self.masses
         if self.solved:  # every edge is known: check every slot
             widths = np.diff(self.edges)
             too_long = np.flatnonzero(widths > masses * (1.0 + SLOT_TOLERANCE) + EDGE_TOLERANCE)
@@ -819,7 +1273,8 @@ class _Side:
         if hi <= lo:
             return False
         d = float(self.window_nu(lo, hi)) / (hi - lo)
-        own = masses * (dens[s:e] - g) / (d - g)
+        with np.errstate(divide="ignore", invalid="ignore"):  # (d = g: no spreading; tiled below)
+            own = masses * (dens[s:e] - g) / (d - g)
         if np.all(own <= masses * (1.0 + SLOT_TOLERANCE) + EDGE_TOLERANCE):
             own *= (hi - lo) / own.sum()  # the group owns exactly its width
             self._members(s, e, np.minimum(own, masses))
@@ -906,6 +1361,37 @@ class _Side:
         return float(lo), float(hi), float(min(hi - lo, self.masses[i]))
 
 
+def _concave_root(z: np.ndarray, want: np.ndarray, phi, slope, most: float, g: float) -> np.ndarray:
+    """Solve ``phi(z) = want`` in ``[0, most]`` for a concave ``phi`` rising from ``phi(0) = 0``,
+    from guesses ``z``.
+
+    For the slot edges of a piece short against its keys' scale (:meth:`_PoolPiece.build`):
+    ``phi`` is evaluated without cancellation, the guesses are the u-space roots. Newton
+    from below a root climbs to it monotonically (the tangent lies above a concave
+    function), and one step from above lands below it; a guess past the maximum restarts
+    from 0. An entry stops when its residual is at the rounding of ``phi`` (``~g z``): the
+    root is then as exact as the data (near the maximum ill-conditioned, but never past it;
+    a piece so short that ``phi`` is all rounding gets edges that are noise, but inside it).
+    """
+    z = np.clip(np.array(z, dtype=float).reshape(-1), 0.0, most)
+    want = np.broadcast_to(np.asarray(want, dtype=float).reshape(-1), z.shape)
+    with np.errstate(invalid="ignore"):
+        z[~(slope(z) > 0.0)] = 0.0
+    active = np.arange(z.size)
+    for _ in range(NEWTON_STEPS):
+        if not active.size:
+            break
+        zi, wi = z[active], want[active]
+        value = phi(zi) - wi
+        rate = slope(zi)
+        stop = (np.abs(value) <= 4e-16 * (2.0 * g * zi + np.abs(wi))) | ~(rate > 0.0)
+        step = np.divide(value, rate, out=np.zeros_like(value), where=~stop)
+        z[active] = np.clip(zi - step, 0.0, most)
+        stop |= np.abs(step) <= 1e-16 * zi
+        active = active[~stop]
+    return z
+
+
 def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -> np.ndarray:
     """Solve ``u^K - g u = rhs`` elementwise on its rising (``u >= u_star``) or falling branch.
 
@@ -922,6 +1408,10 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
         return 0.5 * (g + root) if rising else 0.5 * (g - root)
     u_star = (g / k) ** (1.0 / (k - 1))
     phi_star = u_star**k - g * u_star
+    low, high = min(u_star, start), max(u_star, start)  # the branch: every root lies in it
+    floor = min(high, 0.5)  # (steps relative to the roots' scale, also for a piece near key 1)
+    if not u_star > 0.0:  # g underflowed (a piece within ~1e-20 of key 1): u^K = rhs
+        return _inside(np.power(np.maximum(rhs, 0.0), 1.0 / k).reshape(-1), low, high, start).reshape(rhs.shape)
     if rhs.size <= 8:  # a few roots: the same iteration on Python floats (no array overhead)
         out = np.empty(rhs.shape)
         flat = out.reshape(-1)
@@ -932,15 +1422,20 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -
                 slope = k * power - g
                 value = power * z - g * z - r
                 step = value / slope if slope != 0.0 else 0.0
-                z -= step
-                if abs(step) <= NEWTON_STEP_TOLERANCE * max(abs(z), 0.5) or abs(value) <= 4e-16 * (
+                # (inside the branch: where u^K underflows, value / slope is rounding noise)
+                z = min(max(z - step, low), high)
+                if abs(step) <= NEWTON_STEP_TOLERANCE * max(abs(z), floor) or abs(value) <= 4e-16 * (
                     abs(r) + abs(z) * (abs(power) + g)
                 ):
                     break
             flat[i] = z
         return out
     starts = np.where(rhs <= phi_star, u_star, _newton_starts(rhs, g, k, rising, start))
-    return _newton(starts.reshape(-1), rhs.reshape(-1), g, k, 1.0 if rising else -1.0, phi_star).reshape(rhs.shape)
+    if u_star > DELICATE_U:
+        return _newton(starts.reshape(-1), rhs.reshape(-1), g, k, 1.0 if rising else -1.0, phi_star).reshape(rhs.shape)
+    with np.errstate(over="ignore", invalid="ignore"):  # (rounding noise near key 1: _inside)
+        roots = _newton(starts.reshape(-1), rhs.reshape(-1), g, k, 1.0 if rising else -1.0, phi_star)
+    return _inside(roots, low, high, start).reshape(rhs.shape)
 
 
 def _power_root_both(rising_rhs: np.ndarray, falling_rhs: np.ndarray, g: float, k: int, rising_start: float,
@@ -951,12 +1446,32 @@ def _power_root_both(rising_rhs: np.ndarray, falling_rhs: np.ndarray, g: float, 
         return np.concatenate([_power_root(rising_rhs, g, k, True, rising_start),
                                _power_root(falling_rhs, g, k, False, falling_start)])
     u_star = (g / k) ** (1.0 / (k - 1))
+    if not u_star > 0.0:  # (g underflowed)
+        return np.concatenate([_power_root(rising_rhs, g, k, True, rising_start),
+                               _power_root(falling_rhs, g, k, False, falling_start)])
     phi_star = u_star**k - g * u_star
     rhs = np.concatenate([rising_rhs, falling_rhs])
     starts = np.concatenate([_newton_starts(rising_rhs, g, k, True, rising_start),
                              _newton_starts(falling_rhs, g, k, False, falling_start)])
     sign = np.concatenate([np.ones(rising_rhs.size), -np.ones(falling_rhs.size)])
-    return _newton(np.where(rhs <= phi_star, u_star, starts), rhs, g, k, sign, phi_star)
+    if u_star > DELICATE_U:
+        return _newton(np.where(rhs <= phi_star, u_star, starts), rhs, g, k, sign, phi_star)
+    with np.errstate(over="ignore", invalid="ignore"):
+        roots = _newton(np.where(rhs <= phi_star, u_star, starts), rhs, g, k, sign, phi_star)
+    n = rising_rhs.size
+    return np.concatenate([_inside(roots[:n], min(u_star, rising_start), max(u_star, rising_start), rising_start),
+                           _inside(roots[n:], min(u_star, falling_start), max(u_star, falling_start), falling_start)])
+
+
+def _inside(roots: np.ndarray, low: float, high: float, start: float) -> np.ndarray:
+    """``roots`` kept inside their branch ``[low, high]`` (a NaN becomes ``start``, its far
+    end). Where ``u^K`` underflows (a piece within ~1e-20 of key 1 at K = 16; ``u* <=
+    DELICATE_U``) Newton's steps are rounding noise and may leave the branch; the nu-masses
+    there are below 1e-300, so any point of the branch is as good (and the piece's
+    certificate checks). Elsewhere Newton from these starts stays inside by convexity."""
+    if roots.size and not (roots.min() >= low and roots.max() <= high):  # (also catches a NaN)
+        roots = np.clip(np.where(np.isnan(roots), start, roots), low, high)
+    return roots
 
 
 def _newton(starts: np.ndarray, rhs: np.ndarray, g: float, k: int, sign, phi_star: float) -> np.ndarray:
@@ -973,6 +1488,9 @@ def _newton(starts: np.ndarray, rhs: np.ndarray, g: float, k: int, sign, phi_sta
     # is close to the root): below it the root is as good as the data (near u* the root is
     # ill-conditioned, and Newton would only creep by rounding noise / slope)
     noise = 4e-16 * (np.abs(r) + z * (_power(z.copy(), k - 1) + g))
+    # steps count relative to the roots' scale (1/2 as a floor; less for a piece near key 1,
+    # where every u is tiny)
+    floor = 0.5 if not z.size or z[0] >= 0.5 else min(float(z.max()), 0.5)  # (one piece: one scale)
     for step_count in range(NEWTON_STEPS):
         if not active.size:
             break
@@ -991,7 +1509,7 @@ def _newton(starts: np.ndarray, rhs: np.ndarray, g: float, k: int, sign, phi_sta
         step = np.divide(value, slope, out=value)
         z -= step
         if step_count >= 8:
-            done = settled | (np.abs(step) <= NEWTON_STEP_TOLERANCE * np.maximum(z, 0.5))
+            done = settled | (np.abs(step) <= NEWTON_STEP_TOLERANCE * np.maximum(z, floor))
             if done.all():
                 break
             if done.any():
@@ -999,7 +1517,7 @@ def _newton(starts: np.ndarray, rhs: np.ndarray, g: float, k: int, sign, phi_sta
                 keep = ~done
                 active, z, r, noise = active[keep], z[keep], r[keep], noise[keep]
                 sign = sign if np.isscalar(sign) else sign[keep]
-        elif step_count >= 2 and np.abs(step).max() <= NEWTON_STEP_TOLERANCE * 0.5:
+        elif step_count >= 2 and np.abs(step).max() <= NEWTON_STEP_TOLERANCE * floor:
             break
     u[active] = z
     return u
@@ -1038,14 +1556,19 @@ def _newton_starts(rhs: np.ndarray, g: float, k: int, rising: bool, start: float
         # (phi(u0) - rhs = u0^K >= 0, so u0 and the step, u0 + u0^K / g, stay below the root)
         small = -rhs / g
         small += _power(small.copy(), k) / g
-        return np.maximum(np.where(np.isfinite(z), np.maximum(z, start), start), small)
+        out = np.maximum(np.where(np.isfinite(z), np.maximum(z, start), start), small)
+        # (g underflowing to 0 makes small infinite or NaN: the far end is beyond the root too)
+        return np.where(out <= u_star, out, start)
 
 
 def _newton_start(rhs: float, g: float, k: int, rising: bool, start: float, u_star: float, phi_star: float) -> float:
     """:func:`_newton_starts` for one ``rhs > phi*``, on Python floats."""
-    half = math.sqrt(max(2.0 * (rhs - phi_star), 0.0) / (k * (k - 1) * u_star ** (k - 2)))
+    curve = k * (k - 1) * u_star ** (k - 2)  # 0 where u* underflows: start at the far end
+    half = math.sqrt(max(2.0 * (rhs - phi_star), 0.0) / curve) if curve > 0.0 else math.inf
     if rising:
         return min(u_star + max(half, 1e-6 * u_star), start)
+    if not half <= 1.0:  # (z < 0 <= start; and z ** K could overflow, an error on floats)
+        return start
     z = u_star - half
     slope = k * z ** (k - 1) - g
     if not slope < 0.0:
@@ -1227,6 +1750,22 @@ class _Spread:
             local.update(zip(tokens[order].tolist(), zip([key] * tokens.size, range(tokens.size), own[order].tolist())))
         return local, groups
 
+    def certify(self, tolerance=None, notes=None):
+        """``None`` if the spread realises ``x = q`` to float rounding, else what fails: the
+        units' piece (``_PoolPiece.certify``, ``x`` of a unit = its ``Q``) and the pieces
+        of the groups tiled token by token (built here). ``notes``: where the piece notes the
+        fallbacks of its tiled groups (built later, lazily)."""
+        self.piece.notes, self.piece.tolerance = notes, tolerance
+        why = self.piece.certify(self.masses, self.x, skip=self._groups.keys(), tolerance=tolerance)
+        if why is not None:
+            return why
+        for key, entry in self._groups.items():
+            _, _, _, own, held = entry[0]
+            why = _certify_piece(self._group_piece(key), own, held, tolerance)
+            if why is not None:
+                return f"group tiled by tokens: {why}"
+        return None
+
     def _group_piece(self, key):
         """The piece tiling a group token by token, built at its first use."""
         entry = self._groups[key]
@@ -1367,9 +1906,11 @@ class _Atoms:
         return atoms
 
     @classmethod
-    def buckets(cls, draft, target, k):
+    def buckets(cls, draft, target, k, fallbacks=None, tolerance=None):
         """Ratio buckets as atoms (fact 5). ``None`` (use :meth:`tokens`) if ``q/p``
-        overflows or no token has ``p > 0`` and ``q > 0``."""
+        overflows or no token has ``p > 0`` and ``q > 0``. A spread (fact 6) that fails its
+        certificate (``tolerance``: :meth:`_Spread.certify`) is noted in the list
+        ``fallbacks`` and fact 5 goes on."""
         # the usual case (softmax outputs): every p, q > 0, seen from the buckets themselves
         # (a zero p makes q/p infinite or NaN, a zero q makes it 0: the extreme bucket keys)
         main, pm, qm = None, draft, target
@@ -1389,6 +1930,11 @@ class _Atoms:
                 atom_of_bucket = np.full(nb, -1, dtype=np.int64)
                 atom_of_bucket[occupied] = np.arange(occupied.size)
                 spread = _Spread.build(qm, pm, k, bucket_mass, desc, atom_of_bucket, (r_lo, r_hi))
+                why = spread.certify(tolerance, fallbacks) if spread is not None else None
+                if why is not None:  # (rounding broke it: the next level, else fact 5)
+                    if fallbacks is not None:
+                        fallbacks.append(f"spread (fact 6, {spread.masses.size} units) -> next: {why}")
+                    spread = None
                 if spread is not None:  # fact 6: an optimum of 1, no sort; the atoms are its units
                     n_units = spread.masses.size
                     return cls(spread.masses, spread.x, np.array([0, n_units]), spread.top,
@@ -1444,7 +1990,12 @@ class _Atoms:
 
         def token_x():  # one V-long array: x_t = p_t * level of its atom
             level = x / masses
-            out = np.where(atom_of_bucket >= 0, level[atom_of_bucket], 0.0)[desc]
+            # per bucket; the markers -1 (empty) and -2 (split: set per token below) are
+            # never used as indices (level[-2] would be another atom's, or out of bounds)
+            kept = atom_of_bucket >= 0
+            per_bucket = np.zeros(atom_of_bucket.size)
+            per_bucket[kept] = level[atom_of_bucket[kept]]
+            out = per_bucket[desc]
             out *= pm
             if split_pos is not None:
                 out[split_pos] = pm[split_pos] * level[split_atoms]
@@ -1543,7 +2094,9 @@ def _bucket_level(targets, masses, k, start, bits, most=None, sums=None):
     desc, occupied, bucket_mass, r_lo, r_hi, nb = sums[:6]
     # the bucket problem: every ratio rounded to its bucket's middle (any positive
     # stand-in for q keeps x feasible; the certificate below uses the true ratios)
-    x, blocks, top = _lex_pieces(bucket_mass.copy(), bucket_mass * (0.5 * (r_lo + r_hi)), k, start)
+    # (r_lo + r_hi overflows for ratios near the float maximum, e.g. a subnormal p: halves first)
+    middle = 0.5 * r_lo + 0.5 * np.minimum(r_hi, np.finfo(float).max)
+    x, blocks, top = _lex_pieces(bucket_mass.copy(), bucket_mass * middle, k, start)
     # certificate: token t of bucket a has x_t / q_t = level_a / r_t, r_t in [r_lo, r_hi)
     level = x / bucket_mass
     under = level <= r_lo * (1.0 - CERTIFICATE_MARGIN)  # x_t <= q_t for every token
@@ -1637,22 +2190,37 @@ class OptimalSelection(SelectionScheme):
             optimal acceptance, a different optimal ``x``; fact 5) or ``"auto"`` (the
             default: buckets from V = 4096 on).
 
+        certify_tolerance: the fast path certifies what it builds (every piece of slots and a
+            pool, and fact 6's spread: finite slot edges, keys that stay uniform and every
+            atom's ``nu``-mass ``x``, to this absolute ``nu``-measure; default
+            ``CERTIFY_TOLERANCE``). What fails falls back to an exact slower path -- the
+            greedy tiling for the piece (itself checked in full, at ``GREEDY_CERTIFY_FACTOR *
+            CERTIFY_TOLERANCE``; if even that fails, :class:`~mspec.selection.SchemeError`),
+            fact 5 for the spread -- and is recorded in ``fallbacks``. A negative value fails
+            every certificate, i.e. forces the fallbacks (for tests).
+
     Attributes:
         atoms: the atoms (``masses``, ``x``, ``blocks``, ``top``, ``bucket_atoms``,
             ``token_atoms``).
         blocks: block (piece) starts over the atoms.
         top: draft mass before each atom.
+        fallbacks: ``list[str]``, one line per fast-path result that failed its certificate
+            and was replaced by the exact slower path (empty in the usual case; benches
+            count it). It grows as pieces are built, lazily, by ``sample``/``key_fragments``.
     """
 
     name = "optimal"
     supports_non_identical = False
 
-    def __init__(self, *, draft, target, num_drafts=None, tiling: str = "pool", atoms: str = "auto"):
+    def __init__(self, *, draft, target, num_drafts=None, tiling: str = "pool", atoms: str = "auto",
+                 certify_tolerance: float = CERTIFY_TOLERANCE):
         if tiling not in TILINGS:
             raise ValueError(f"tiling must be one of {TILINGS}, got {tiling!r}")
         if atoms not in ATOMS:
             raise ValueError(f"atoms must be one of {ATOMS}, got {atoms!r}")
         self.tiling = tiling
+        self.certify_tolerance = float(certify_tolerance)
+        self.fallbacks: list[str] = []
         rows = np.asarray(draft, dtype=object if np.ndim(draft) == 0 else None)
         if rows.ndim == 2 and rows.shape[0] > 1 and not np.all(rows == rows[0]):
             raise ValueError(
@@ -1665,7 +2233,10 @@ class OptimalSelection(SelectionScheme):
         p, q = self.draft, self.target
         built = None
         if atoms == "buckets" or (atoms == "auto" and self.vocab_size >= BUCKET_MIN_VOCAB):
-            built = _Atoms.buckets(p, q, k)
+            built = _Atoms.buckets(p, q, k, self.fallbacks, self.certify_tolerance)
+        if built is not None and not (np.all(np.isfinite(built.x)) and built.x.min() >= 0.0):
+            self.fallbacks.append("buckets -> tokens: an atom's x is not finite and >= 0")
+            built = None
         self.atoms = built if built is not None else _Atoms.tokens(p, q, k)
         self.blocks, self.top = self.atoms.blocks, self.atoms.top
         self._pieces: dict[int, _Piece] = {}
@@ -1700,9 +2271,12 @@ class OptimalSelection(SelectionScheme):
         """``(V,)`` the induced distribution ``x = p_I`` of the selection step."""
         if self._induced_cache is None:
             induced = self.atoms.token_x()
-            if self.rest.size:
-                g = 1.0 - (1.0 - np.minimum(self.rest_top, 1.0)) ** self.num_drafts
-                induced[self.rest] = np.diff(g)
+            if self.rest.size:  # nu of each rest interval [a, b]: (1 - a)^K (1 - (1 - (b - a) / (1 - a))^K)
+                ends = np.minimum(self.rest_top, 1.0)
+                room = 1.0 - ends[:-1]
+                with np.errstate(divide="ignore", invalid="ignore"):  # (no cancellation near key 0)
+                    share = np.log1p(-np.diff(ends) / room)
+                induced[self.rest] = np.where(room > 0.0, -(room**self.num_drafts) * np.expm1(self.num_drafts * share), 0.0)
             self._induced_cache = induced
         return self._induced_cache
 
@@ -1731,18 +2305,54 @@ class OptimalSelection(SelectionScheme):
             args = (self.atoms.masses[a:b], self.atoms.x[a:b], self.top[a], self.num_drafts)
             # (one Newton iteration for every edge beats two for the suspects, up to a size)
             piece = _PoolPiece.build(*args, all_edges=b - a <= ALL_EDGES_BELOW) if self.tiling == "pool" else None
+            why = None
+            if piece is not None:  # (its tiled groups' pieces are certified as they are built)
+                piece.notes, piece.tolerance = self.fallbacks, self.certify_tolerance
+                piece.lazy = not (piece.front.solved and piece.back.solved)  # (then: atom by atom)
+                if piece.lazy:
+                    piece.checked = set()
+                    why = piece.certify_ends(self.certify_tolerance)
+                else:
+                    why = piece.certify(*args[:2], tolerance=self.certify_tolerance)
             self._pieces[j] = piece if piece is not None else _Piece(*args)
+            if why is not None:
+                self._greedy_instead(j, why)
         return self._pieces[j]
 
-    def _locate(self, token: int):
-        """``(piece, local atom, atom)`` of a ranked token, else ``None``."""
+    def _greedy_instead(self, j: int, why: str) -> None:
+        """Piece ``j`` failed its certificate (``why``): the greedy tiling instead, checked in
+        full, and recorded; a :class:`SchemeError` if even that fails."""
+        a, b = self.blocks[j], self.blocks[j + 1]
+        args = (self.atoms.masses[a:b], self.atoms.x[a:b], self.top[a], self.num_drafts)
+        self.fallbacks.append(f"piece {j} ({b - a} atoms): slots and pool -> greedy: {why}")
+        self._pieces[j] = _Piece(*args)
+        failed = _certify_greedy(self._pieces[j], *args[:2])
+        if failed is not None:
+            raise SchemeError(self._bug(
+                f"key laws it could not certify (piece {j}: {why}; the greedy fallback: {failed}); "
+                "atoms='tokens', tiling='greedy' may serve this pair"))
+
+    def _locate(self, token: int, check: bool = True):
+        """``(piece, local atom, atom)`` of a ranked token, else ``None``. With ``check`` the
+        piece is built, and in a piece built lazily the atom is certified (or the piece
+        replaced by the greedy) before its key law is used."""
         a = self.atoms.atom_of(token)
         if a < 0:
             return None
         if self.blocks.size == 2:  # one piece (fact 6 always)
-            return 0, a, a
-        j = int(np.searchsorted(self.blocks, a, side="right")) - 1
-        return j, int(a - self.blocks[j]), a
+            j, i = 0, a
+        else:
+            j = int(np.searchsorted(self.blocks, a, side="right")) - 1
+            i = int(a - self.blocks[j])
+        if check:
+            piece = self._piece(j)
+            if piece.__class__ is _PoolPiece and piece.lazy and i not in piece.checked:
+                why = piece.certify_atom(i, float(self.atoms.masses[a]), float(self.atoms.x[a]), self.certify_tolerance)
+                if why is None:
+                    piece.checked.add(i)
+                else:
+                    self._greedy_instead(j, f"atom {i}: {why}")
+        return j, i, a
 
     def key_fragments(self, token: int) -> list[tuple[float, float, float]]:
         """The key law of ``token``: intervals ``(start, end, weight)`` of ``[0, 1]``.
@@ -1787,56 +2397,95 @@ class OptimalSelection(SelectionScheme):
         return float(self.rest_top[pos] + uniform * (self.rest_top[pos + 1] - self.rest_top[pos]))
 
     # --- the three exact operations --------------------------------------------------
-    def acceptance(self) -> float:
+    def _acceptance(self) -> float:
         return float(np.minimum(self.target, self.induced).sum())
 
     def selection_probabilities(self, tokens: np.ndarray) -> np.ndarray:
         """Exact P(draft i has the smallest key), shape ``(K,)``, for validated ``tokens``.
 
         ``integral f_i(y) prod_{j != i} (1 - F_j(y)) dy`` with piecewise-constant key
-        densities: exact by Gauss-Legendre with K nodes between breakpoints.
+        densities: exact by Gauss-Legendre with K nodes between breakpoints. Each token's
+        law is taken as it is realised (what ``sample`` draws from), normalised by its
+        realised mass -- float keys near 1 resolve only ~1e-16, so a tiny ``p_t`` is realised
+        with a relative error -- and as masses per interval between breakpoints, never as a
+        density (which overflows for a subnormal ``p_t``). A law of zero realised mass (``p_t``
+        below the resolution of the keys) is a point mass at its start; drafts tied at one
+        point share it evenly.
         """
         k = tokens.size
-        sets = {int(t): np.array(self.key_fragments(int(t))) for t in np.unique(tokens)}
-        cuts = np.unique(np.concatenate([s[:, :2].ravel() for s in sets.values()]))
-        nodes, weights = np.polynomial.legendre.leggauss(max(k, 1))
+        unique, counts = np.unique(tokens, return_counts=True)
+        for t in unique:  # every key law certified before any is read
+            self._locate(int(t))
+        laws, points = [], []
+        for t in unique:
+            frag = np.array(self.key_fragments(int(t)), dtype=float).reshape(-1, 3)
+            w_max = float(frag[:, 2].max()) if frag.size else 0.0
+            if w_max > 0.0 and np.isfinite(w_max):
+                frag[:, 2] /= w_max  # (scaled: no overflow or underflow of weight x length)
+            realised = float(np.sum(frag[:, 2] * (frag[:, 1] - frag[:, 0]))) if w_max > 0.0 else 0.0
+            keep = np.isfinite(realised) and realised > 0.0
+            laws.append(frag if keep else None)
+            points.append(np.nan if keep else (float(frag[:, 0].min()) if frag.size else 1.0))
+        points = np.array(points)
+        cuts = np.unique(np.concatenate([f[:, :2].ravel() for f in laws if f is not None] + [points[~np.isnan(points)]]))
         left, right = cuts[:-1], cuts[1:]
-        ys = (0.5 * (right - left)[:, None] * (nodes[None, :] + 1.0) + left[:, None]).ravel()
-        ws = (0.5 * (right - left)[:, None] * weights[None, :]).ravel()
-        density, survival = {}, {}
-        for t, frag in sets.items():
-            inside = (ys[:, None] >= frag[None, :, 0]) & (ys[:, None] < frag[None, :, 1])
-            density[t] = (inside * frag[None, :, 2]).sum(axis=1) / self.draft[t]
-            covered = np.clip(ys[:, None] - frag[None, :, 0], 0.0, (frag[:, 1] - frag[:, 0])[None, :])
-            survival[t] = 1.0 - (covered * frag[None, :, 2]).sum(axis=1) / self.draft[t]
-        probs = np.empty(k)
-        for i, t in enumerate(tokens):
-            others = np.ones_like(ys)
-            for j, u in enumerate(tokens):
-                if j != i:
-                    others *= survival[int(u)]
-            probs[i] = float(np.sum(ws * density[int(t)] * others))
-        return probs
+        width = right - left
+        nodes, weights = np.polynomial.legendre.leggauss(max(k, 1))
+        tau = 0.5 * (nodes + 1.0)  # node positions inside each interval, in [0, 1]
+        # survival[u]: P(key of token u > y) at every node of every interval, (M, N)
+        survival = np.ones((unique.size, left.size, tau.size))
+        mass = np.zeros((unique.size, left.size))
+        before_cut = np.zeros((unique.size, cuts.size))  # F_u at each cut
+        for u, frag in enumerate(laws):
+            if frag is None:  # a point mass: the key exceeds y below the point only
+                survival[u] = (right <= points[u])[:, None]
+                continue
+            # (by the interval's ends, all of them cuts: the float midpoint of a one-ulp
+            # interval is one of its ends, and a fragment that short then held nothing)
+            inside = (left[:, None] >= frag[None, :, 0]) & (right[:, None] <= frag[None, :, 1])
+            m = (inside * frag[None, :, 2]).sum(axis=1) * width
+            m /= m.sum()
+            mass[u] = m
+            before_cut[u, 1:] = np.minimum(np.cumsum(m), 1.0)
+            survival[u] = 1.0 - (before_cut[u, :-1, None] + m[:, None] * tau[None, :])
+        probs_of = np.zeros(unique.size)
+        cont = np.array([f is not None for f in laws])
+        for u in range(unique.size):
+            if cont[u]:
+                others = np.ones((left.size, tau.size))
+                for v in range(unique.size):
+                    c = counts[v] - (v == u)
+                    if c:
+                        others *= survival[v] ** c
+                probs_of[u] = float(np.sum(mass[u] * (others @ (0.5 * weights))))
+            else:  # no point of another draft before it, no continuous key below it
+                at = points[u]
+                if np.any(points[~cont] < at):
+                    continue
+                tied = counts[~cont][points[~cont] == at].sum()
+                index = int(np.searchsorted(cuts, at))
+                beyond = np.prod((1.0 - before_cut[cont, index]) ** counts[cont])
+                probs_of[u] = float(beyond) / tied
+        return probs_of[np.searchsorted(unique, tokens)]
 
-    def conditional(self, drafts):
-        tokens = self.check_tokens(drafts)
+    def _conditional(self, tokens):
         probs = self.selection_probabilities(tokens)
         dist = np.zeros(self.vocab_size)
         accept = 0.0
         induced = self.induced
         for t, w in zip(tokens, probs):
-            a = min(1.0, self.target[t] / induced[t]) if induced[t] > 0 else 1.0
+            # (x_t = 0 by rounding: accept where q_t > 0, as _sample does; never where q_t = 0)
+            q_t, x_t = float(self.target[t]), float(induced[t])
+            a = 0.0 if q_t <= 0.0 else (1.0 if q_t >= x_t else q_t / x_t)
             dist[t] += w * a
             dist += w * (1.0 - a) * self._residual
             accept += w * a
-        return dist, accept
+        return dist
 
-    def sample(self, drafts, rng: np.random.Generator) -> Selection:
-        tokens = self.check_tokens(drafts)
-        check_rng(rng)
+    def _sample(self, tokens, rng: np.random.Generator) -> int:
         # pieces own consecutive key intervals, so only the drafts in the first piece that
         # any draft reaches can have the smallest key (rest tokens: one piece each, last)
-        where = [self._locate(int(t)) for t in tokens]
+        where = [self._locate(int(t), check=False) for t in tokens]
         n_pieces = self.blocks.size - 1
         piece = [w[0] if w is not None else n_pieces + self._rest_pos[int(t)] for w, t in zip(where, tokens)]
         first = min(piece)
@@ -1844,13 +2493,15 @@ class OptimalSelection(SelectionScheme):
         if len(contenders) == 1 or all(tokens[i] == tokens[contenders[0]] for i in contenders):
             i = contenders[0]  # (drafts of one token: any of them is that token)
         else:
+            for i in contenders:  # every key law certified before any key is drawn from one
+                self._locate(int(tokens[i]))
             keys = [self._sample_key(int(tokens[i]), rng.random()) for i in contenders]
             i = contenders[int(np.argmin(keys))]
         y = int(tokens[i])
         # single-draft speculative sampling from the induced x to q
         if rng.random() * self._x_of(y) < self.target[y]:
-            return self.selection(tokens, y)
-        return Selection(sample_index(self._residual, rng), False, None)
+            return y
+        return sample_index(self._residual, rng)
 
 
 __all__ = ["OptimalSelection", "lex_optimal_induced"]

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from .canonical import CanonicalScheme
 from .importance import ImportanceSampling
 from .optimal import OptimalLP
 from .optimal_selection import OptimalSelection
@@ -16,15 +17,12 @@ from .single import SingleDraft
 from .specinfer import SpecInfer
 from .spectr import SpecTr
 
-#: scheme name -> class; every class is a :class:`~mspec.selection.SelectionScheme`
-SCHEMES: dict[str, type[SelectionScheme]] = {
-    "single": SingleDraft,
-    "specinfer": SpecInfer,
-    "spectr": SpecTr,
-    "optimal": OptimalSelection,
-    "optimal-lp": OptimalLP,
-    "is": ImportanceSampling,
-}
+#: every scheme class of the package, in the order the book introduces them
+SCHEME_CLASSES: tuple[type[SelectionScheme], ...] = (
+    SingleDraft, SpecInfer, SpecTr, OptimalLP, CanonicalScheme, ImportanceSampling, OptimalSelection,
+)
+#: scheme name -> class, built from each class's ``name``
+SCHEMES: dict[str, type[SelectionScheme]] = {cls.name: cls for cls in SCHEME_CLASSES}
 
 
 def get_scheme(name: str) -> type[SelectionScheme]:

@@ -26,6 +26,16 @@ import numpy as np
 from .distributions import check_draft_target, check_tokens
 
 
+#: rounding allowed on an acceptance before it counts as outside [0, 1]
+ACCEPT_SLACK = 1e-9
+#: rounding allowed on a conditional law: negative entries, sum minus 1, mass where q = 0
+DIST_SLACK = 1e-9
+
+
+class SchemeError(RuntimeError):
+    """A scheme could not certify its result (a bug in mspec, never a user error)."""
+
+
 class Selection(NamedTuple):
     """Result of one selection step.
 
@@ -86,9 +96,30 @@ class SelectionScheme:
         """Distribution ``p_i`` of draft ``i`` (0-based), shape ``(V,)``."""
         return self.draft if self.draft.ndim == 1 else self.draft[i]
 
+    # --- the three exact operations, checked ----------------------------------------
+    # Subclasses implement ``_acceptance``, ``_conditional`` and ``_sample``; the public
+    # methods validate the input and check every result, so a numerical failure inside a
+    # scheme raises :class:`SchemeError` instead of returning a wrong answer.
+
     def acceptance(self) -> float:
-        """Exact P(Y is one of the drafted tokens)."""
-        raise NotImplementedError
+        """Exact P(Y is one of the drafted tokens).
+
+        For the two-step schemes with non-optimal selection weights (``"is"``, and
+        ``"canonical"`` with user-given ``weights``) this is the paper's acceptance
+        ``sum_y min(q(y), p_I(y))``, the probability that step 2 accepts the selected
+        draft: a lower bound that the residual can exceed by outputting another draft's
+        token. For every other scheme the two are equal.
+
+        Returns:
+            a float in ``[0, 1]``.
+
+        Raises:
+            SchemeError: the scheme produced a NaN or a value outside ``[0, 1]``.
+        """
+        value = float(self._acceptance())
+        if not (-ACCEPT_SLACK <= value <= 1.0 + ACCEPT_SLACK):  # also catches NaN
+            raise SchemeError(self._bug(f"an acceptance of {value!r}"))
+        return min(max(value, 0.0), 1.0)
 
     def conditional(self, drafts) -> tuple[np.ndarray, float]:
         """Exact distribution of ``Y`` given the drafted tokens.
@@ -97,21 +128,74 @@ class SelectionScheme:
             drafts: K token ids.
 
         Returns:
-            ``(dist, accept)``: ``dist`` of shape ``(V,)`` is P(Y = y | drafts) and
-            ``accept`` is P(a draft is accepted | drafts).
+            ``(dist, accept)``: ``dist`` of shape ``(V,)`` is P(Y = y | drafts), zero
+            wherever the target is zero, and ``accept`` is P(Y is one of the drafted
+            tokens | drafts).
+
+        Raises:
+            SchemeError: ``dist`` is not a distribution (NaN, negative, not summing to 1
+                within ``1e-9``) or puts mass on a token the target gives zero.
         """
-        raise NotImplementedError
+        tokens = self.check_tokens(drafts)
+        dist = np.asarray(self._conditional(tokens), dtype=np.float64)
+        if dist.shape != (self.vocab_size,) or not np.all(np.isfinite(dist)):
+            raise SchemeError(self._bug("a conditional law with NaN/inf or of the wrong shape"))
+        if dist.min() < -DIST_SLACK or abs(dist.sum() - 1.0) > DIST_SLACK:
+            raise SchemeError(self._bug(f"a conditional law with min {dist.min():.3g}, sum {dist.sum()!r}"))
+        if np.any(dist[self.target == 0.0] > DIST_SLACK):
+            raise SchemeError(self._bug("a conditional law with mass on a token the target gives zero"))
+        dist = np.maximum(dist, 0.0)
+        return dist, float(min(dist[np.unique(tokens)].sum(), 1.0))
 
     def sample(self, drafts, rng: np.random.Generator) -> Selection:
         """Select one output token given the drafted tokens.
 
-        The default draws from :meth:`conditional`; schemes override it with a cheaper
-        sampler that has exactly the same distribution.
+        Args:
+            drafts: K token ids drawn from ``draft``.
+            rng: the only source of randomness.
+
+        Returns:
+            :class:`Selection`; ``accepted`` says whether ``Y`` is one of the drafted
+            tokens and ``index`` is the first draft holding it, for every scheme.
+
+        Raises:
+            SchemeError: the scheme produced a token outside ``[0, V)`` or one that the
+                target gives zero probability.
         """
         tokens = self.check_tokens(drafts)
         check_rng(rng)
-        dist, _ = self.conditional(tokens)
-        return self.selection(tokens, sample_index(dist, rng))
+        y = self._sample(tokens, rng)
+        if not (0 <= y < self.vocab_size) or not self.target[y] > 0.0:
+            raise SchemeError(self._bug(f"token id {y} (V = {self.vocab_size})"))
+        return self.selection(tokens, int(y))
+
+    def accept_probability(self, drafts) -> float:
+        """P(accept | drafts) in the sense of :meth:`acceptance`: its mean over drafted tuples
+        is exactly ``acceptance()`` (a zero-mean control variate for the benches).
+
+        Equal to the second value of :meth:`conditional`, except for the two-step schemes
+        with non-optimal weights, where it is the probability that step 2 accepts the
+        selected draft.
+        """
+        return self.conditional(drafts)[1]
+
+    def _acceptance(self) -> float:
+        raise NotImplementedError
+
+    def _conditional(self, tokens: np.ndarray) -> np.ndarray:
+        """``P(Y = . | tokens)``, shape ``(V,)``, for validated ``tokens``."""
+        raise NotImplementedError
+
+    def _sample(self, tokens: np.ndarray, rng: np.random.Generator) -> int:
+        """One output token for validated ``tokens``; the default draws from ``_conditional``."""
+        return sample_index(self._conditional(tokens), rng)
+
+    def _bug(self, what: str) -> str:
+        return (
+            f"scheme {self.name!r} produced {what} on a valid input; this is a bug in mspec: "
+            "please report it with the draft and target. 'specinfer' is exact on every input "
+            "and can stand in meanwhile"
+        )
 
     # helpers for subclasses -------------------------------------------------------------
     def check_tokens(self, drafts) -> np.ndarray:

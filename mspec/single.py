@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .selection import Selection, SelectionScheme, check_rng, residual, sample_index
+from .selection import Selection, SelectionScheme, residual, sample_index
 
 
 class SingleDraft(SelectionScheme):
@@ -37,24 +37,23 @@ class SingleDraft(SelectionScheme):
             )
         self.draft = self.draft_row(0)
 
-    def acceptance(self) -> float:
+    def _acceptance(self) -> float:
         return float(np.minimum(self.draft, self.target).sum())
 
-    def conditional(self, drafts):
-        (x,) = self.check_tokens(drafts)
-        a = min(1.0, self.target[x] / self.draft[x])
+    def _conditional(self, tokens):
+        (x,) = tokens
+        p, q = self.draft[x], self.target[x]
+        a = 1.0 if q >= p else q / p  # min(1, q/p) without overflow at a subnormal p
         dist = (1.0 - a) * residual(self.target, self.draft)
         dist[x] += a
-        return dist, a
+        return dist
 
-    def sample(self, drafts, rng: np.random.Generator) -> Selection:
-        (x,) = self.check_tokens(drafts)
-        check_rng(rng)
+    def _sample(self, tokens, rng: np.random.Generator) -> int:
+        (x,) = tokens
         # accept X with probability min(1, q(X)/p(X)); written as u * p < q to avoid a division
         if rng.random() * self.draft[x] < self.target[x]:
-            return Selection(int(x), True, 0)
-        y = sample_index(residual(self.target, self.draft), rng)
-        return Selection(y, False, None)  # the residual is 0 at a rejected X, so y != X
+            return int(x)
+        return sample_index(residual(self.target, self.draft), rng)  # 0 at a rejected X
 
 
 def single_draft_sample(draft_token: int, *, draft, target, rng: np.random.Generator) -> Selection:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .selection import Selection, SelectionScheme, check_rng, residual, residual_and_mass, sample_index
+from .selection import Selection, SelectionScheme, residual, residual_and_mass, sample_index
 
 
 class SpecInfer(SelectionScheme):
@@ -44,7 +44,7 @@ class SpecInfer(SelectionScheme):
             yield p_i, r
             r = residual(r, p_i)
 
-    def acceptance(self) -> float:
+    def _acceptance(self) -> float:
         reject = 1.0
         r = self.target
         for i in range(self.num_drafts):
@@ -55,30 +55,27 @@ class SpecInfer(SelectionScheme):
                 return 1.0
         return float(1.0 - reject)
 
-    def conditional(self, drafts):
-        tokens = self.check_tokens(drafts)
+    def _conditional(self, tokens):
         dist = np.zeros(self.vocab_size)
         stay = 1.0  # P(all drafts so far rejected | drafts)
         r = self.target
         for x, (p_i, r) in zip(tokens, self.running_targets()):
-            a = min(1.0, r[x] / p_i[x])
+            a = 1.0 if r[x] >= p_i[x] else r[x] / p_i[x]  # min(1, r/p), no overflow
             dist[x] += stay * a
             stay *= 1.0 - a
             if stay == 0.0:
-                return dist, 1.0
+                return dist
         dist += stay * residual(r, p_i)  # r_K, the residual after the last rejection
-        return dist, 1.0 - stay
+        return dist
 
-    def sample(self, drafts, rng: np.random.Generator) -> Selection:
-        tokens = self.check_tokens(drafts)
-        check_rng(rng)
+    def _sample(self, tokens, rng: np.random.Generator) -> int:
         r = self.target
         for i, x in enumerate(tokens):
             p_i = self.draft_row(i)
             if rng.random() * p_i[x] < r[x]:  # accept with prob min(1, r(x)/p_i(x))
-                return Selection(int(x), True, i)
+                return int(x)
             r = residual(r, p_i)
-        return Selection(sample_index(r, rng), False, None)
+        return sample_index(r, rng)
 
 
 def specinfer_sample(drafts, *, draft, target, rng: np.random.Generator) -> Selection:

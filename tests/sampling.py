@@ -1,5 +1,8 @@
 """Helpers shared by the exactness (enumeration) and statistical (chi-square) tests."""
 
+import itertools
+import math
+
 import numpy as np
 from scipy.stats import chisquare
 
@@ -24,10 +27,22 @@ def chi2_pvalue(counts, target):
     return chisquare(counts[support], counts.sum() * target[support]).pvalue
 
 
+def expected_accept_probability(rule):
+    """``sum_t P(t) rule.accept_probability(t)`` over every draft tuple ``t``."""
+    rows = [rule.draft_row(i) for i in range(rule.num_drafts)]
+    supports = [np.flatnonzero(row > 0) for row in rows]
+    return sum(math.prod(row[x] for row, x in zip(rows, t)) * rule.accept_probability(np.array(t))
+               for t in itertools.product(*supports))
+
+
 def assert_exact_law(rule, target, *, atol=1e-12):
-    """Enumerate every draft tuple: the output law is ``target`` and the enumerated
-    acceptance is the scheme's own ``acceptance()``. Returns that acceptance."""
-    dist, accept = output_distribution(rule)
+    """Enumerate every draft tuple: the output law is ``target``, the enumerated
+    acceptance is the scheme's own ``acceptance()`` (in its sense: see
+    ``SelectionScheme.accept_probability``) and no more than P(Y is a drafted token).
+    Returns that acceptance."""
+    dist, in_drafts = output_distribution(rule)
     np.testing.assert_allclose(dist, target, atol=atol)
+    accept = expected_accept_probability(rule)
     assert abs(accept - rule.acceptance()) <= atol
+    assert accept <= in_drafts + atol
     return accept

@@ -127,3 +127,118 @@ def near_tight_case(rng: np.random.Generator, *, vocab: int, num_drafts: int, no
     target[rest] *= (1.0 - target[~rest].sum()) / target[rest].sum()
     order = rng.permutation(vocab)
     return draft[order], target[order] / target.sum()
+
+
+# --- hostile inputs: what a real decoder produces ------------------------------------------
+#: the families of :func:`hostile_pair`
+#: tiny entries of the ``tiny`` family: subnormal, 1e-300, and small enough to vanish next to 1
+TINY = (5e-324, 3e-321, 1e-300, 1e-200, 1e-17, 1e-14, 1e-10)
+HOSTILE_FAMILIES = ("lm", "truncated", "one-hot", "tiny", "zeros-draft", "zeros-target", "ties", "same", "dirichlet")
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max()
+    w = np.exp(z)
+    return w / w.sum()
+
+
+def _truncate(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Top-k or top-p of ``probs`` (sometimes down to a single surviving token)."""
+    from mspec.distributions import distribution_from_logits
+
+    logits = np.log(np.maximum(probs, 1e-320))
+    logits[probs == 0] = -np.inf
+    if rng.random() < 0.5:
+        k = 1 if rng.random() < 0.3 else int(rng.integers(1, max(2, probs.size // 2 + 1)))
+        return distribution_from_logits(logits, top_k=k)
+    top_p = 1e-6 if rng.random() < 0.3 else float(rng.uniform(0.05, 0.99))
+    return distribution_from_logits(logits, top_p=top_p)
+
+
+def hostile_pair(rng: np.random.Generator, *, vocab: int, family: str, num_drafts: int = 1,
+                 identical: bool = True):
+    """A seeded hostile but valid ``(draft, target)`` of one of :data:`HOSTILE_FAMILIES`.
+
+    * ``lm``: logits ``scale * N(0, 1)`` (scale 1 to 12), target and draft at temperatures
+      0.01 to 5, the draft from slightly perturbed logits;
+    * ``truncated``: as ``lm``, with top-k / top-p on the target and/or the draft (one
+      surviving token now and then);
+    * ``one-hot``: the target is one token (greedy-like decoding);
+    * ``tiny``: entries at 1e-300 and subnormal (5e-324, 3e-321) on either side;
+    * ``zeros-draft`` / ``zeros-target``: zeros on one side only;
+    * ``ties``: ``q/p`` equal (to the last bit or within 1e-15) for groups of tokens;
+    * ``same``: ``draft == target``;
+    * ``dirichlet``: a sparse Dirichlet draw on both sides.
+
+    Returns:
+        ``(draft, target)``: draft ``(V,)`` if ``identical`` else ``(K, V)``.
+    """
+    def one_draft(target, logits):
+        if family == "same":
+            return target.copy()
+        if family in ("lm", "truncated"):
+            temp = float(np.exp(rng.uniform(np.log(0.01), np.log(5.0))))
+            d = _softmax((logits + rng.normal(0.0, 0.5, vocab)) / temp)
+            return _truncate(d, rng) if family == "truncated" and rng.random() < 0.5 else d
+        if family == "tiny":
+            d = rng.dirichlet(np.full(vocab, 0.5))
+            idx = rng.integers(vocab, size=max(1, vocab // 3))
+            d[idx] = rng.choice(TINY, size=idx.size)
+            return d / d.sum()
+        if family == "zeros-draft" and vocab > 1:
+            d = rng.dirichlet(np.full(vocab, 0.7))
+            d[rng.random(vocab) < 0.4] = 0.0
+            if d.sum() == 0:
+                d[rng.integers(vocab)] = 1.0
+            return d / d.sum()
+        return rng.dirichlet(np.full(vocab, 0.5))
+
+    logits = rng.normal(size=vocab) * float(rng.choice([1.0, 3.0, 8.0, 12.0]))
+    if family in ("lm", "truncated"):
+        temp = float(np.exp(rng.uniform(np.log(0.01), np.log(5.0))))
+        target = _softmax(logits / temp)
+        if family == "truncated":
+            target = _truncate(target, rng)
+    elif family == "one-hot":
+        target = np.zeros(vocab)
+        target[rng.integers(vocab)] = 1.0
+    elif family == "tiny":
+        target = rng.dirichlet(np.full(vocab, 0.5))
+        idx = rng.integers(vocab, size=max(1, vocab // 3))
+        target[idx] = rng.choice(TINY, size=idx.size)
+        target /= target.sum()
+    elif family == "zeros-target" and vocab > 1:
+        target = rng.dirichlet(np.full(vocab, 0.7))
+        target[rng.random(vocab) < 0.4] = 0.0
+        if target.sum() == 0:
+            target[rng.integers(vocab)] = 1.0
+        target /= target.sum()
+    elif family == "dirichlet":
+        target = rng.dirichlet(np.full(vocab, 0.3))
+    else:
+        target = rng.dirichlet(np.full(vocab, 0.5))
+
+    if family == "ties":
+        draft = rng.dirichlet(np.full(vocab, 0.7))
+        levels = np.exp(rng.normal(size=max(1, vocab // 3)))
+        ratio = levels[rng.integers(levels.size, size=vocab)]
+        target = draft * ratio * (1.0 + (rng.random(vocab) < 0.3) * 1e-15)
+        target /= target.sum()
+        return (draft if identical else np.stack([draft] * num_drafts)), target
+    if identical:
+        return one_draft(target, logits), target
+    return np.stack([one_draft(target, logits) for _ in range(num_drafts)]), target
+
+
+@st.composite
+def hostile_cases(draw, *, max_vocab: int = 5, max_drafts: int = 3, identical: bool | None = True,
+                  families=HOSTILE_FAMILIES):
+    """``(draft, target, K, family)`` drawn by hypothesis from :func:`hostile_pair`."""
+    family = draw(st.sampled_from(families))
+    vocab = draw(st.integers(1, max_vocab))
+    k = draw(st.integers(1, max_drafts))
+    same = draw(st.booleans()) if identical is None else identical
+    seed = draw(st.integers(0, 2**32 - 1))
+    draft, target = hostile_pair(np.random.default_rng(seed), vocab=vocab, family=family,
+                                 num_drafts=k, identical=same)
+    return draft, target, k, family

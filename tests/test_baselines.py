@@ -281,9 +281,26 @@ def test_subclasses_follow_the_base_interface():
         assert cls.name in mspec.SCHEMES and mspec.SCHEMES[cls.name] is cls
 
 
+def test_every_scheme_class_of_the_package_is_registered_by_its_name():
+    import importlib
+    import inspect
+    import pkgutil
+
+    found = set()
+    for info in pkgutil.iter_modules(mspec.__path__):
+        if info.name in ("models", "data", "decoding", "metrics", "display") or info.name.startswith("_"):
+            continue  # sequence level (torch)
+        module = importlib.import_module(f"mspec.{info.name}")
+        found |= {cls for _, cls in inspect.getmembers(module, inspect.isclass)
+                  if issubclass(cls, SelectionScheme) and cls.name and cls.__module__.startswith("mspec.")}
+    assert found and found == set(mspec.SCHEMES.values())
+    rule = mspec.make_scheme("canonical", draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2)
+    assert rule.acceptance() == pytest.approx(mspec.optimal_acceptance(draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2))
+
+
 def test_spectr_rho_matches_plain_bisection():
     """The piecewise-Newton root equals the paper's plain bisection on g(rho)."""
-    from mspec.bench import lm_like_pair
+    from mspec.synthetic import lm_like_pair
 
     def bisection(p, q, k):
         def g(rho):

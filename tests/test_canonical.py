@@ -12,7 +12,7 @@ from mspec.canonical import CanonicalScheme, _tuple_weights, induced_distributio
 from mspec.exact import output_distribution
 from mspec.optimal import OptimalLP
 from mspec.selection import residual
-from sampling import assert_exact_law, chi2_pvalue, sample_counts
+from sampling import assert_exact_law, chi2_pvalue, expected_accept_probability, sample_counts
 from strategies import draft_target, random_case, random_cases
 
 
@@ -64,9 +64,11 @@ def test_lossless_for_any_weights():
         draft, target = random_case(rng, vocab=vocab, num_drafts=k, identical=n % 4 < 2)
         weights = random_weights(rng, vocab, k)
         rule = CanonicalScheme(draft=draft, target=target, num_drafts=k, weights=weights)
-        dist, accept = output_distribution(rule)
+        dist, in_drafts = output_distribution(rule)
         np.testing.assert_allclose(dist, target, atol=1e-12)
+        accept = expected_accept_probability(rule)  # step 2's acceptance, the paper's measure
         assert accept == pytest.approx(np.minimum(target, rule.induced).sum(), abs=1e-12)
+        assert accept <= in_drafts + 1e-12  # the residual may still output another draft's token
         assert rule.induced.sum() == pytest.approx(1.0)
 
 
@@ -88,8 +90,11 @@ def test_chisquare_on_samples_and_a_wrong_residual_fails():
     rule = CanonicalScheme(draft=draft, target=target)
     counts = sample_counts(rule, 100_000, seed=4)
     assert chi2_pvalue(counts, target) > 1e-3
-    wrong = CanonicalScheme(draft=draft, target=target)
-    wrong._residual = residual(target, draft[0])  # the single-draft residual, not from p_I
+
+    class WrongResidual(CanonicalScheme):  # the single-draft residual, not from p_I
+        residual = property(lambda self: residual(self.target, self.draft[0]))
+
+    wrong = WrongResidual(draft=draft, target=target)
     assert np.abs(output_distribution(wrong)[0] - target).max() > 0.005
     assert chi2_pvalue(sample_counts(wrong, 100_000, seed=4), target) < 1e-3
 

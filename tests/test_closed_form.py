@@ -12,12 +12,11 @@ import mspec
 from mspec.closed_form import (
     acceptance_is_one,
     brute_force_acceptance,
-    figure2_curves,
-    figure2_optimal_exact,
     optimal_acceptance,
     optimal_subset,
     prefix_order,
 )
+from mspec.figures import figure2_curves, figure2_optimal_exact
 from mspec.optimal import OptimalLP
 from strategies import random_case, softmax_pair
 
@@ -56,7 +55,7 @@ def test_ties_and_zeros_in_the_ratio_order():
 
 
 def test_descending_order_would_be_wrong():
-    """The brief said 'q/p descending'; prefixes in that order miss the minimum here."""
+    """The minimiser is a prefix in *ascending* q/p order: descending prefixes miss it here."""
     draft, target = np.array([0.5, 0.5]), np.array([0.9, 0.1])
     order = np.argsort(-(target / draft))
     values = [1.0] + [target[order[:n]].sum() + 1 - draft[order[:n]].sum() ** 2 for n in (1, 2)]
@@ -168,6 +167,13 @@ def test_figure2_facts(panel, top, ones):
         target = np.clip([1 - top, grid[n], top - grid[n]], 0, None)
         assert OptimalLP(draft=draft, target=target, num_drafts=2).value == pytest.approx(curves["optimal"][n], abs=1e-9)
         assert curves["single"][n] == pytest.approx(np.minimum(draft, target).sum())
+
+
+def test_figure2_lives_outside_the_closed_form_module():
+    import mspec.closed_form
+
+    assert mspec.figure2_curves is figure2_curves
+    assert not hasattr(mspec.closed_form, "figure2_curves")  # closed_form is pure math
 
 
 def test_figure2_custom_family_and_grid():

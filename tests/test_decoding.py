@@ -153,7 +153,7 @@ def test_expected_round_tokens(models):
         expected = decoding.expected_round_tokens(drafted, draft_probs, target_probs, scheme=scheme,
                                                   draft_temperatures=[1.6] * 3)
         assert 1.0 <= expected <= 4.0
-        select = decoding._Selector(registry.make_scheme, scheme, {}, [1.6] * 3, rng)
+        select = decoding._Selector(scheme, {}, [1.6] * 3, rng)
         emitted = np.array([len(select(drafted, draft_probs, target_probs)[0]) for _ in range(3000)])
         assert abs(emitted.mean() - expected) < 4 * emitted.std() / np.sqrt(emitted.size) + 1e-9, scheme
     # one draft: E = 1 + a_1 + a_1 a_2 + a_1 a_2 a_3 with a_j = min(1, q(x_j) / p(x_j))
@@ -306,3 +306,47 @@ def test_bad_models(models):
         speculative_generate([2], draft_model=training, target_model=target_model, max_new_tokens=5)
     with pytest.raises(ValueError, match="temperature"):
         autoregressive_generate([2], target_model=target_model, temperature=0)
+
+
+def test_drafts_with_one_prefix_sample_from_one_bit_identical_row(models):
+    """Alive drafts that share their prefix and temperature are identical drafts for the
+    selection, which is only exact if they were drawn from one bit-identical distribution
+    (a batched forward pass may differ between rows in the last bits, e.g. with several
+    CPU threads)."""
+    draft_model, target_model = models
+
+    class RowNoise(type(draft_model)):
+        """Logits that differ between batch rows in the last bits, as batched kernels may."""
+
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            rows = torch.arange(out.logits.shape[0], dtype=out.logits.dtype)[:, None, None]
+            out.logits = out.logits + 1e-6 * rows * torch.linspace(0, 1, out.logits.shape[-1])
+            return out
+
+    noisy = RowNoise(draft_model.config).eval()
+    noisy.load_state_dict(draft_model.state_dict())
+    rounds = []
+    speculative_generate([3, 1, 4], draft_model=noisy, target_model=target_model, num_drafts=6,
+                         draft_length=4, draft_temperatures=[1.6, 1.6, 1.6, 1.6, 2.0, 2.0], max_new_tokens=40,
+                         generator=5, on_round=lambda *r: rounds.append([x.clone() for x in r]))
+    groups = 0
+    for drafted, draft_probs, _ in rounds:
+        temps = [1.6] * 4 + [2.0] * 2
+        for j in range(drafted.shape[1]):
+            for i in range(6):
+                for r in range(i):
+                    if temps[i] == temps[r] and torch.equal(drafted[i, :j], drafted[r, :j]):
+                        assert torch.equal(draft_probs[i, j], draft_probs[r, j])
+                        groups += 1
+    assert groups > 50
+
+
+def test_position_scheme_is_the_one_place_that_decides():
+    rows = np.array([[0.5, 0.5], [0.5, 0.5], [0.2, 0.8]])
+    target = np.tile([0.9, 0.1], (3, 1))
+    assert isinstance(decoding.position_scheme("optimal", {}, rows, target, [1.0] * 3, [1]), registry.get_scheme("single"))
+    rule = decoding.position_scheme("spectr", {}, rows, target, [1.0, 1.0, 2.0], [0, 1])
+    assert rule.identical and rule.num_drafts == 2
+    rule = decoding.position_scheme("specinfer", {}, rows, target, [1.0, 1.0, 2.0], [0, 2])
+    assert not rule.identical and rule.num_drafts == 2

@@ -99,3 +99,40 @@ def test_validation_renormalises_within_tolerance_and_accepts_tensors():
         check_draft_target(object(), [1.0], 1)
     with pytest.raises(ValueError, match="inf"):
         check_distribution([np.inf, 0.0])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_logits_give_a_valid_distribution(dtype):
+    """A float16/bfloat16 softmax over 50272 tokens underflows or misses 1 by ~1e-4; the
+    softmax runs in float32, so the package's own validation accepts the result."""
+    torch = pytest.importorskip("torch")
+    from mspec.distributions import check_distribution
+
+    gen = torch.Generator().manual_seed(0)
+    logits = (3 * torch.randn(50272, generator=gen)).to(getattr(torch, dtype))
+    for kwargs in ({}, {"temperature": 0.7, "top_p": 0.9}, {"top_k": 50}):
+        probs = mspec.distribution_from_logits(logits, **kwargs)
+        assert probs.dtype == torch.float32
+        check_distribution(probs)
+        assert abs(float(probs.double().sum()) - 1.0) < 1e-6
+    assert (mspec.distribution_from_logits(logits) > 0).all()  # no underflow to 0 at these logits
+
+
+def test_float16_overflow_names_the_precision():
+    torch = pytest.importorskip("torch")
+    logits = torch.tensor([7e4, 0.0], dtype=torch.float32).to(torch.float16)  # inf in float16
+    with pytest.raises(ValueError, match="float16"):
+        mspec.distribution_from_logits(logits)
+
+
+def test_complex_ragged_and_wrapped_ids_are_refused_clearly():
+    with pytest.raises(ValueError, match="complex"):
+        mspec.make_scheme("specinfer", draft=[0.5 + 1j, 0.5], target=[0.5, 0.5], num_drafts=1)
+    with pytest.raises(ValueError, match="ragged"):
+        mspec.make_scheme("specinfer", draft=[[0.5, 0.5], [1.0]], target=[0.5, 0.5])
+    rule = mspec.make_scheme("specinfer", draft=[0.5, 0.5], target=[0.5, 0.5], num_drafts=2)
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="18446744073709551615 outside"):
+        rule.sample(np.array([2**64 - 1, 0], dtype=np.uint64), rng)
+    with pytest.raises(ValueError, match="ragged"):
+        rule.sample([[0], [1, 1]], rng)

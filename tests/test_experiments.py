@@ -1,31 +1,49 @@
-"""The experiment commands (``python -m mspec.bench experiments|acceptance|decoding``) on the tiny pair.
+"""Benchmarks and experiments: every command of ``python -m mspec.bench``, the plain functions behind them.
 
-Checks that a sweep stopped after a few rows resumes without recomputing them, that the
-tables come out complete and next to the paper's numbers, and the resumable CSV itself.
+* every command through :func:`mspec.bench.__main__.main` on tiny settings (the ``tiny``
+  model pair, a few rows): a sweep stopped after a few rows resumes without recomputing
+  them, and the tables come out complete and next to the paper's numbers;
+* the experiments of :mod:`mspec.experiments` called directly, as a notebook does (rows in
+  memory, no files);
+* a command whose optional package is missing says which and how to install it (a
+  subprocess with the package blocked in ``sys.modules``);
+* the resumable CSV, the statistics, the timer and the synthetic pairs.
 """
 
-import argparse
 import csv
+import dataclasses
 import json
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mspec.bench import acceptance, decoding, experiments, paper, rounds
-from mspec.bench.__main__ import COMMANDS
-from mspec.bench.results import ResultTable, RowBudget, StopSweep, mean_se
+from mspec.bench.__main__ import COMMANDS, OPTIONAL_PACKAGES, main, missing_message, missing_packages
+from mspec.experiments import acceptance, live_decoding, paired_rounds, paper
+from mspec.experiments.acceptance import AcceptanceSettings
+from mspec.experiments.live_decoding import DecodingSettings
+from mspec.experiments.paired_rounds import RoundsSettings
+from mspec.experiments.results import ResultTable, RowBudget, StopSweep, mean_se
 
+ROOT = Path(__file__).resolve().parents[1]
 # tiny settings: a few seconds per full sweep
-COMMON = ["--preset", "tiny", "--quick", "--threads", "1", "--datasets", "dolly", "wmt"]
+COMMON = ["--preset", "tiny", "--quick", "--threads", "1"]
+DATASETS = ["--datasets", "dolly", "wmt"]
 ACCEPTANCE = ["--acc-prompts", "1", "--positions", "4"]
 DECODING = ["--max-new-tokens", "8"]
-TINY = COMMON + ACCEPTANCE + DECODING
+TINY = COMMON + DATASETS + ACCEPTANCE + DECODING
+SWEEP_FILES = ("acceptance_prompts.csv", "acceptance.csv", "decoding.csv")
 
 
-def parse(module, argv):
-    parser = argparse.ArgumentParser()
-    module.add_arguments(parser)
-    return parser.parse_args(argv)
+@pytest.fixture(scope="module")
+def tiny_pair():
+    from mspec.models import load_pair
+
+    return load_pair("tiny")
 
 
 def csv_rows(path):
@@ -33,40 +51,71 @@ def csv_rows(path):
         return list(csv.DictReader(handle))
 
 
-def test_commands_registered():
-    for name in ("experiments", "acceptance", "decoding", "rounds"):
-        assert name in COMMANDS
+def stored(folder, names=SWEEP_FILES) -> dict:
+    """key -> row of every CSV file of a sweep in ``folder``."""
+    return {row["key"]: row for name in names if (folder / name).exists() for row in csv_rows(folder / name)}
+
+
+# -- the command line ----------------------------------------------------------------------------
+def test_every_command_is_listed(capsys):
+    assert set(COMMANDS) == {"token-level", "optimal", "gpu", "experiments", "acceptance", "decoding", "rounds"}
+    with pytest.raises(SystemExit) as stop:
+        main(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in COMMANDS)
+    with pytest.raises(SystemExit) as stop:
+        main(["no-such-command"])
+    assert stop.value.code == 2
+
+
+def test_token_level_command(capsys):
+    assert main(["token-level", "--vocab", "500", "--drafts", "2", "--repeats", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "V = 500" in out and "specinfer   2" in out and "spectr      2" in out
+    assert "worst step ratio" in out and "goal <= 3x" in out
+
+
+def test_optimal_command(capsys):
+    argv = ["optimal", "--vocab", "600", "--repeats", "3", "--lp-vocabs", "4", "--lp-drafts", "2",
+            "--full-vocabs", "300", "--full-drafts", "2", "--full-repeats", "5", "--real", "0"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for needed in ("V = 600, K = 2", "closed-form optimum", "IS step", "full optimal-transport LP",
+                   "exactly optimal selection at any V", "goal: one step, set-up included"):
+        assert needed in out, needed
+    assert "first step on real distributions" not in out  # --real 0 skips it
+
+
+def test_gpu_command_dry_run(capsys):
+    assert main(["gpu", "--dry-run", "--drafts-k", "1", "2", "--max-new-tokens", "6", "--prompt-length", "4"]) == 0
+    out = capsys.readouterr().out
+    for needed in ("dry run", "where a round's time goes", "tokens per second", "projected speed-up", "K=2"):
+        assert needed in out, needed
+    assert "PASS" not in out and "FAIL" not in out  # goals are judged on a GPU only
 
 
 def test_interrupted_sweep_resumes_without_recomputing(tmp_path, capsys):
-    argv = TINY + ["--out", str(tmp_path)]
-    first = []
-    assert experiments.run(parse(experiments, argv + ["--max-rows", "7"]), on_row=first.append) == 3
+    argv = ["experiments", *TINY, "--out", str(tmp_path)]
+    assert main(argv + ["--max-rows", "7"]) == 3
+    first = stored(tmp_path)
     assert len(first) == 7
-    stored = {row["key"]: row for name in ("acceptance_prompts.csv", "acceptance.csv", "decoding.csv")
-              if (tmp_path / name).exists() for row in csv_rows(tmp_path / name)}
-    assert len(stored) == 7
     assert "rerun the same command to resume" in capsys.readouterr().out
 
-    second = []
-    assert experiments.run(parse(experiments, argv), on_row=second.append) == 0
+    assert main(argv) == 0
     out = capsys.readouterr().out
-
-    final = {}
-    for name in ("acceptance_prompts.csv", "acceptance.csv", "decoding.csv"):
-        rows = csv_rows(tmp_path / name)
-        keys = [row["key"] for row in rows]
+    for name in SWEEP_FILES:
+        keys = [row["key"] for row in csv_rows(tmp_path / name)]
         assert len(keys) == len(set(keys)), f"duplicate rows in {name}: a stored row was recomputed"
-        final.update({row["key"]: row for row in rows})
-    assert len(final) == len(first) + len(second)  # every row computed exactly once
-    for key, row in stored.items():  # rows of the first run are untouched
-        assert final[key] == row
+    final = stored(tmp_path)
+    assert all(final[key] == row for key, row in first.items())  # rows of the first run are untouched
 
     # a third run computes nothing and prints the same tables
-    third = []
-    assert experiments.run(parse(experiments, argv), on_row=third.append) == 0
-    assert third == []
-    assert capsys.readouterr().out.split("== Performance goals")[0] == out.split("== Performance goals")[0]
+    assert main(argv) == 0
+    assert stored(tmp_path) == final
+    again = capsys.readouterr().out
+    assert again.split("== Performance goals")[0] == out.split("== Performance goals")[0]
+    assert "0 new rows" in again.split("== Performance goals")[1]
 
     # complete tables, next to the paper's numbers, with the pair named
     assert "Table 3: token-level acceptance, dolly" in out and "Table 3: token-level acceptance, wmt" in out
@@ -89,30 +138,31 @@ def test_interrupted_sweep_resumes_without_recomputing(tmp_path, capsys):
     assert (tmp_path / "decoding.html").stat().st_size > 1000
 
 
-def test_acceptance_rows_exact(tmp_path):
+def test_acceptance_command_rows_are_exact(tmp_path, tiny_pair):
     """Each stored acceptance equals the scheme's exact acceptance at that position."""
-    from mspec.models import load_pair
+    from mspec.experiments.inputs import derived_seed, load_dataset_prompts
     from mspec.registry import make_scheme
 
-    args = parse(acceptance, COMMON + ACCEPTANCE + ["--out", str(tmp_path), "--datasets", "dolly", "--acc-drafts", "2"])
-    assert acceptance.run(args) == 0
-    pair = load_pair("tiny")
-    prompt = acceptance.common.load_dataset_prompts(pair, "dolly", 1, source="auto", max_chars=400)[0]
-    seed = acceptance.common.derived_seed(args.seed, prompt.tag)
-    draft, target, cont = acceptance.collect_distributions(pair, prompt.ids, positions=4, draft_temperature=1.5,
-                                                           target_temperature=1.0, seed=seed)
-    assert draft.shape == target.shape == (len(cont), pair.vocab_size)
+    argv = ["acceptance", *COMMON, *ACCEPTANCE, "--out", str(tmp_path), "--datasets", "dolly", "--acc-drafts", "2"]
+    assert main(argv) == 0
+    prompt = load_dataset_prompts(tiny_pair, "dolly", 1, max_chars=400)[0]
+    draft, target, cont = acceptance.collect_distributions(tiny_pair, prompt.ids, positions=4, draft_temperature=1.5,
+                                                           target_temperature=1.0, seed=derived_seed(0, prompt.tag))
+    assert draft.shape == target.shape == (len(cont), tiny_pair.vocab_size)
     table = ResultTable(tmp_path / "acceptance.csv", config_fields=acceptance.ROW_FIELDS,
                         value_fields=["acceptance", "time_ms"])
-    for row in table.select(scheme="spectr", num_drafts=2):
+    rows = table.select(scheme="spectr", num_drafts=2)
+    assert len(rows) == len(cont)
+    for row in rows:
         j = row["position"]
         want = make_scheme("spectr", draft=draft[j], target=target[j], num_drafts=2).acceptance()
         assert row["acceptance"] == pytest.approx(want, abs=1e-9)
+    assert (tmp_path / "acceptance.html").is_file() and (tmp_path / "acceptance.json").is_file()
 
 
-def test_decoding_only_one_experiment(tmp_path, capsys):
-    args = parse(decoding, COMMON + DECODING + ["--out", str(tmp_path), "--only", "drafts", "--drafts-k", "2", "3"])
-    assert decoding.run(args) == 0
+def test_decoding_command_one_experiment(tmp_path, capsys):
+    argv = ["decoding", *COMMON, *DECODING, "--out", str(tmp_path), "--only", "drafts", "--drafts-k", "2", "3"]
+    assert main(argv) == 0
     out = capsys.readouterr().out
     assert "Table 1: block efficiency vs K" in out and "Table 4" not in out
     rows = csv_rows(tmp_path / "decoding.csv")
@@ -132,49 +182,155 @@ def test_decoding_only_one_experiment(tmp_path, capsys):
     assert "Drafts alive per position" in out
 
 
-def test_paired_rounds(tmp_path, capsys):
+def test_rounds_command(tmp_path, capsys):
     """Every scheme's expected tokens on the same reference rounds; a rerun recomputes nothing."""
-    argv = COMMON + ["--out", str(tmp_path), "--gen-prompts", "1", "--max-new-tokens", "8", "--drafts-k", "2", "3",
-                     "--draft-length", "3"]
-    computed = []
-    assert rounds.run(parse(rounds, argv), on_row=computed.append) == 0
+    argv = ["rounds", *COMMON, "--out", str(tmp_path), "--gen-prompts", "1", "--max-new-tokens", "8",
+            "--drafts-k", "2", "3", "--draft-length", "3"]
+    assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "Paired block efficiency" in out
-    assert len(computed) == 1 + 2 * len(rounds.ROUND_SCHEMES)  # 1 prompt x 1 seed
-    by = {(r["method"], r["num_drafts"]): r["per_round"] for r in computed}
-    lengths = {len(v) for v in by.values()}
-    assert len(lengths) == 1 and lengths.pop() >= 1  # the same rounds for every method
-    assert all(1.0 <= x <= 4.0 for v in by.values() for x in v)
-    assert all(np.shape(r["control"]) == (len(r["per_round"]), 3) for r in computed)  # L = 3 controls per round
-    assert "optimal significantly behind:" in out
-    again = []
-    assert rounds.run(parse(rounds, argv), on_row=again.append) == 0 and again == []
+    assert "Paired block efficiency" in out and "optimal significantly behind:" in out
+    rows = csv_rows(tmp_path / "rounds.csv")
+    assert len(rows) == 1 + 2 * len(paired_rounds.ROUND_SCHEMES)  # 1 prompt x 1 seed
+    assert main(argv) == 0
+    assert csv_rows(tmp_path / "rounds.csv") == rows
     stats = json.loads((tmp_path / "rounds.json").read_text())["stats"]
-    assert set(stats["optimal_minus"]) == {f"{s} K={k}" for s in rounds.ROUND_SCHEMES if s != "optimal" for k in (2, 3)}
-    assert "optimal-tokens" in rounds.ROUND_SCHEMES
+    assert set(stats["optimal_minus"]) == {f"{s} K={k}" for s in paired_rounds.ROUND_SCHEMES if s != "optimal"
+                                           for k in (2, 3)}
 
 
-def test_rounds_estimators():
-    """Clustered standard errors reduce to the plain ones for one round per generation and grow
-    when rounds of a generation move together; the control fit keeps the mean and removes the
-    noise it explains; the verdict needs two standard errors."""
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=400)
-    mean, se = rounds.cluster_mean_se(x, np.arange(400))
-    assert mean == pytest.approx(x.mean()) and se == pytest.approx(x.std(ddof=1) / 20)
-    shared = np.repeat(rng.normal(size=40), 10)  # 40 generations of 10 rounds with a common shift
-    assert rounds.cluster_mean_se(shared + 0.1 * x, np.repeat(np.arange(40), 10))[1] > 2 * (shared + 0.1 * x).std() / 20
-    z = rng.normal(size=(400, 2))
-    values = 3.0 + z @ np.array([1.0, -2.0]) + 0.1 * x
-    adjusted = rounds.control_adjusted(values, z)
-    assert abs(adjusted.mean() - 3.0) < 0.05 and adjusted.std() < 0.2 < values.std()
-    assert rounds.control_adjusted(values, np.zeros((400, 2))) is values
-    short = values[:19]  # too few rounds to fit 2 coefficients: unadjusted
-    np.testing.assert_array_equal(rounds.control_adjusted(short, z[:19]), short)
-    assert not np.array_equal(rounds.control_adjusted(values[:20], z[:20]), values[:20])
-    assert [rounds.comparison_verdict(m, 0.1) for m in (0.3, 0.1, -0.1, -0.3)] == ["ahead", "level", "level", "BEHIND"]
+def test_options_left_out_keep_the_settings_defaults():
+    """The command line and the settings classes agree: no option repeats a default."""
+    from mspec.bench.commands import ACCEPTANCE_DESTS, DECODING_DESTS, ROUNDS_DESTS, _settings
+
+    class Args:  # what argparse gives when no option was passed
+        quick = False
+
+        def __getattr__(self, name):
+            return None
+
+    assert _settings(AcceptanceSettings, Args(), ACCEPTANCE_DESTS) == AcceptanceSettings()
+    assert _settings(DecodingSettings, Args(), DECODING_DESTS) == DecodingSettings()
+    assert _settings(RoundsSettings, Args(), ROUNDS_DESTS) == RoundsSettings()
+    for cls, dests in ((AcceptanceSettings, ACCEPTANCE_DESTS), (DecodingSettings, DECODING_DESTS),
+                       (RoundsSettings, ROUNDS_DESTS)):
+        assert set(dests) == {f.name for f in dataclasses.fields(cls)}, cls  # every setting has an option
 
 
+# -- the plain functions (what the notebooks call) -------------------------------------------------
+def test_acceptance_in_memory(tiny_pair, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    computed = []
+    settings = AcceptanceSettings.quick(datasets="dolly", prompts=2, positions=3, drafts=(4, 2))
+    assert settings.drafts == (2, 4) and settings.datasets == ("dolly",) and settings.max_chars == 400
+    run = acceptance.run_acceptance(tiny_pair, settings, budget=RowBudget(on_row=computed.append))
+    assert list(tmp_path.iterdir()) == []  # no files without `out`
+    positions = sum(len(target) for _, target in run.distributions["dolly"])
+    assert len(run.distributions["dolly"]) == 2 and positions >= 2
+    assert len(run.rows["dolly"]) == positions * len(settings.jobs()) == len(computed) - 2  # + 2 prompt rows
+    values = run.acceptances()
+    assert set(values) == {("dolly", s, k) for s, k, _ in settings.jobs()}
+    assert all(v.shape == (positions,) for v in values.values())
+    for k in settings.drafts:
+        assert np.all(values["dolly", "optimal", k] >= values["dolly", "is", k] - 1e-9)
+    stats = acceptance.summarize(run)
+    assert stats["dolly"]["optimal"][2]["mean"] == pytest.approx(values["dolly", "optimal", 2].mean())
+    assert [(d, k) for d, k, _, _ in acceptance.check_ordering(stats, settings.drafts)] == [("dolly", 2), ("dolly", 4)]
+    with pytest.raises(StopSweep):
+        acceptance.run_acceptance(tiny_pair, settings, budget=RowBudget(max_rows=3))
+    with pytest.raises(ValueError, match="datasets"):
+        AcceptanceSettings(datasets=("cnn",))
+
+
+def test_decoding_and_rounds_in_memory(tiny_pair, capsys):
+    from mspec.experiments.live_decoding_report import check_goals, print_table1
+
+    settings = DecodingSettings.quick(experiments="drafts", max_new_tokens=6, drafts_k=(2,))
+    run = live_decoding.run_decoding(tiny_pair, settings)
+    assert list(run.rows) == ["drafts"] and len(run.rows["drafts"]) == 2 + len(paper.COMPARED_SCHEMES)
+    stats = live_decoding.summarize(run)
+    assert stats["drafts"][live_decoding.AUTOREGRESSIVE]["block_efficiency"]["mean"] == 1.0
+    print_table1(stats["drafts"], settings)
+    assert "Table 1: block efficiency vs K, dolly" in capsys.readouterr().out
+    assert {g["what"] for g in check_goals(stats, settings)["b"]} == {f"{s} K=2" for s in paper.COMPARED_SCHEMES}
+
+    rounds_run = paired_rounds.run_rounds(tiny_pair, RoundsSettings.quick(prompts=1, max_new_tokens=6, drafts_k=(2,),
+                                                                            draft_length=3))
+    assert len(rounds_run.rows) == 1 + len(paired_rounds.ROUND_SCHEMES)
+    by = {(r["method"], r["num_drafts"]): r["per_round"] for r in rounds_run.rows}
+    assert len({len(v) for v in by.values()}) == 1  # the same rounds for every method
+    assert all(1.0 <= x <= 4.0 for v in by.values() for x in v)
+    assert all(np.shape(r["control"]) == (len(r["per_round"]), 3) for r in rounds_run.rows)  # L = 3 per round
+    assert set(paired_rounds.summarize(rounds_run)["optimal_minus"]) == {
+        f"{s} K=2" for s in paired_rounds.ROUND_SCHEMES if s != "optimal"}
+
+
+def test_suite_in_memory(tiny_pair, capsys):
+    from mspec.experiments.suite import report_suite, run_suite
+
+    run = run_suite(tiny_pair, AcceptanceSettings.quick(datasets="wmt", prompts=1, positions=2, drafts=(2,)), None)
+    assert run.decoding is None and run.new_rows == 1 + len(run.acceptance.rows["wmt"])  # + the prompt's row
+    goals = report_suite(run)
+    out = capsys.readouterr().out
+    assert "Table 3: token-level acceptance, wmt" in out and "(a) not checked in this run" in out
+    assert [g["what"] for g in goals["c"]] == ["wmt K=2"] and "wrote" not in out  # no files without `out`
+
+
+# -- missing packages ----------------------------------------------------------------------------
+def run_blocked(blocked, argv):
+    """``main(argv)`` in a fresh interpreter where the packages ``blocked`` cannot be imported."""
+    code = textwrap.dedent(f"""
+        import sys
+        for name in {list(blocked)!r}:
+            sys.modules[name] = None  # `import name` now raises ModuleNotFoundError
+        from mspec.bench.__main__ import main
+        sys.exit(main({list(argv)!r}))
+    """)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def test_a_missing_package_is_named_with_its_pip_command(tmp_path):
+    result = run_blocked(["plotly"], ["acceptance", *COMMON, "--out", str(tmp_path)])
+    assert result.returncode == 2, result.stderr
+    assert "needs the package 'plotly', not installed (mspec's optional extra book)" in result.stderr
+    assert 'pip install "plotly' in result.stderr
+    assert not list(tmp_path.iterdir())  # stopped before computing anything
+
+    result = run_blocked(["torch", "transformers"], ["gpu", "--dry-run"])
+    assert result.returncode == 2
+    assert "'torch', 'transformers'" in result.stderr and 'pip install "torch' in result.stderr
+
+    # without torch every command is still listed, and the token-level benchmark runs
+    result = run_blocked(["torch"], ["--help"])
+    assert result.returncode == 0 and all(name in result.stdout for name in COMMANDS)
+    result = run_blocked(["torch"], ["token-level", "--vocab", "100", "--drafts", "2", "--repeats", "10"])
+    assert result.returncode == 0 and "worst step ratio" in result.stdout
+
+
+def test_a_package_missing_midway_is_named_too(monkeypatch, capsys):
+    """A command that reaches an import of a missing optional package only on some path."""
+    from mspec.bench.commands import Command
+
+    def run(args):
+        raise ModuleNotFoundError("No module named 'sacrebleu'", name="sacrebleu")
+
+    monkeypatch.setitem(COMMANDS, "needs-sacrebleu", Command("a test command", lambda parser: None, run))
+    assert main(["needs-sacrebleu"]) == 2
+    assert "'sacrebleu'" in capsys.readouterr().err
+
+
+def test_optional_packages_follow_pyproject():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {extra: {spec.split(">")[0].split("<")[0].split("=")[0].split("[")[0].strip() for spec in specs}
+             for extra, specs in extras.items()}
+    assert {(dist, extra) for dist, extra in OPTIONAL_PACKAGES.values()} == {
+        (dist, extra) for extra, dists in names.items() for dist in dists}
+    for command in COMMANDS.values():
+        assert set(command.packages) <= set(OPTIONAL_PACKAGES)
+    assert missing_packages(["numpy", "no_such_package_here"]) == ["no_such_package_here"]
+    assert "(mspec's optional extra data)" in missing_message("decoding", ["rouge_score"])
+
+
+# -- pieces --------------------------------------------------------------------------------------
 def test_result_table_resume_and_budget(tmp_path):
     path = tmp_path / "t.csv"
     budget = RowBudget(max_rows=2)
@@ -196,6 +352,8 @@ def test_result_table_resume_and_budget(tmp_path):
     assert calls == [0, 1]
     with pytest.raises(ValueError, match="another version"):
         ResultTable(path, config_fields=["a"], value_fields=["other"])
+    memory = ResultTable(None, config_fields=["a"], value_fields=["v"])
+    assert memory.compute({"a": 1}, lambda: {"v": 2.0})["v"] == 2.0 and len(memory) == 1
 
 
 def test_mean_se():
@@ -206,11 +364,61 @@ def test_mean_se():
     assert mean_se([])[2] == 0
 
 
+def test_rounds_estimators():
+    """Clustered standard errors reduce to the plain ones for one round per generation and grow
+    when rounds of a generation move together; the control fit keeps the mean and removes the
+    noise it explains; the verdict needs two standard errors."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=400)
+    mean, se = paired_rounds.cluster_mean_se(x, np.arange(400))
+    assert mean == pytest.approx(x.mean()) and se == pytest.approx(x.std(ddof=1) / 20)
+    shared = np.repeat(rng.normal(size=40), 10)  # 40 generations of 10 rounds with a common shift
+    clustered = paired_rounds.cluster_mean_se(shared + 0.1 * x, np.repeat(np.arange(40), 10))[1]
+    assert clustered > 2 * (shared + 0.1 * x).std() / 20
+    z = rng.normal(size=(400, 2))
+    values = 3.0 + z @ np.array([1.0, -2.0]) + 0.1 * x
+    adjusted = paired_rounds.control_adjusted(values, z)
+    assert abs(adjusted.mean() - 3.0) < 0.05 and adjusted.std() < 0.2 < values.std()
+    assert paired_rounds.control_adjusted(values, np.zeros((400, 2))) is values
+    short = values[:19]  # too few rounds to fit 2 coefficients: unadjusted
+    np.testing.assert_array_equal(paired_rounds.control_adjusted(short, z[:19]), short)
+    assert not np.array_equal(paired_rounds.control_adjusted(values[:20], z[:20]), values[:20])
+    verdicts = [paired_rounds.comparison_verdict(m, 0.1) for m in (0.3, 0.1, -0.1, -0.3)]
+    assert verdicts == ["ahead", "level", "level", "BEHIND"]
+
+
 def test_paper_tables_shape():
     assert set(paper.TABLE1_BLOCK_EFFICIENCY) == {"is", "spectr", "specinfer"}
+    assert set(paper.TABLE1_BLOCK_EFFICIENCY) < set(paper.COMPARED_SCHEMES)
     for dataset in ("xsum", "dolly"):
         for k in (2, 4, 8):  # the paper's ordering, which ours should reproduce
             t = paper.TABLE3_ACCEPTANCE[dataset]
             assert t["optimal"][k] >= t["is"][k] >= t["spectr"][k] >= t["specinfer"][k]
     for table in (paper.TABLE5_ROUGE_L, paper.TABLE6_BLEU):
         assert all(len(v) == len(paper.TEMPERATURES) for v in table.values())
+
+
+def test_timer_and_synthetic_pairs():
+    from mspec.bench import lm_like_pair as reexported, median_time as reexported_timer
+    from mspec.bench.speed_optimal import TEMPERATURE_ONLY
+    from mspec.bench.timing import call_times, cycling, median_time
+    from mspec.distributions import distribution_from_logits
+    from mspec.synthetic import OPT_VOCAB_SIZE, lm_like_pair
+
+    assert reexported is lm_like_pair and reexported_timer is median_time  # chapter 6 imports them from bench
+    calls = []
+    times = call_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=4, chunk=2)
+    assert [len(t) for t in times.values()] == [4, 4]
+    assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 2  # one warm-up call each, then interleaved chunks
+    assert median_time(lambda: None, repeats=5) >= 0.0
+    step = cycling(lambda x: x, [1, 2, 3])
+    assert [step() for _ in range(4)] == [1, 2, 3, 1]
+
+    draft, target = lm_like_pair(1000, seed=3, draft_temperature=1.2)
+    assert draft.shape == target.shape == (1000,) and draft.sum() == pytest.approx(1.0)
+    assert np.array_equal(lm_like_pair(1000, seed=3, draft_temperature=1.2)[0], draft)  # a function of its arguments
+    logits = 3.0 * np.random.default_rng(7).standard_normal(50)  # the pair the optimal benchmark's tables use
+    draft, target = lm_like_pair(50, seed=7, **TEMPERATURE_ONLY)
+    np.testing.assert_array_equal(target, distribution_from_logits(logits))
+    np.testing.assert_array_equal(draft, distribution_from_logits(logits, temperature=1.5))
+    assert OPT_VOCAB_SIZE == 50272

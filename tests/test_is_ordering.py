@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import mspec
-from mspec.bench import lm_like_pair
+from mspec.synthetic import OPT_VOCAB_SIZE, lm_like_pair
 from strategies import random_case
 
 
@@ -22,7 +22,7 @@ def test_is_never_below_single_draft(k):
 def test_is_beats_spectr_on_lm_like_pairs(temperature):
     # K = 2 by the fixed rule and the LP; K = 4, 8 thanks to the deficit rule at later stages
     # (with the priority rule only, IS fell behind SpecTr from K = 3 at temperature 1)
-    draft, target = lm_like_pair(50272, seed=1, draft_temperature=temperature)
+    draft, target = lm_like_pair(OPT_VOCAB_SIZE, seed=1, draft_temperature=temperature)
     for k in (2, 4, 8):
         is_acc = mspec.ImportanceSampling(draft=draft, target=target, num_drafts=k).acceptance()
         spectr = mspec.SpecTr(draft=draft, target=target, num_drafts=k).acceptance()
@@ -38,7 +38,7 @@ def test_is_acceptance_never_falls_as_drafts_are_added():
         accs = [mspec.ImportanceSampling(draft=draft, target=target, num_drafts=k, s=2, alphabet=3).acceptance()
                 for k in (2, 3, 4)]
         assert accs[0] <= accs[1] + 1e-12 and accs[1] <= accs[2] + 1e-12
-    draft, target = lm_like_pair(50272, seed=0, draft_temperature=1.0)
+    draft, target = lm_like_pair(OPT_VOCAB_SIZE, seed=0, draft_temperature=1.0)
     accs = [mspec.ImportanceSampling(draft=draft, target=target, num_drafts=k).acceptance() for k in (2, 4, 8)]
     assert accs == sorted(accs)
 
@@ -47,13 +47,14 @@ def test_is_ahead_of_spectr_on_real_language_model_distributions():
     # Table 3's ordering on the offline default (SmolLM2-135M; draft = the same weights at
     # temperature 1.5) along a real Dolly prompt, mean over 12 positions: IS >= SpecTr >=
     # SpecInfer for K = 2, 4, 8.
-    from mspec.bench import acceptance, common
+    from mspec.experiments.acceptance import collect_distributions
+    from mspec.experiments.inputs import load_dataset_prompts
     from mspec.models import load_pair
 
     pair = load_pair("smollm2")
-    prompt = common.load_dataset_prompts(pair, "dolly", 1, source="auto", max_chars=300)[0]
-    drafts, targets, _ = acceptance.collect_distributions(pair, prompt.ids, positions=12, draft_temperature=1.5,
-                                                          target_temperature=1.0, seed=0)
+    prompt = load_dataset_prompts(pair, "dolly", 1, max_chars=300)[0]
+    drafts, targets, _ = collect_distributions(pair, prompt.ids, positions=12, draft_temperature=1.5,
+                                               target_temperature=1.0, seed=0)
     for k in (2, 4, 8):
         acc = {name: np.mean([mspec.make_scheme(name, draft=d, target=t, num_drafts=k).acceptance()
                               for d, t in zip(drafts, targets)]) for name in ("is", "spectr", "specinfer")}

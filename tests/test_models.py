@@ -1,6 +1,7 @@
 """Model presets: the tiny test pair, early exit, bad input, and the offline SmolLM2 pair."""
 
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,10 +11,14 @@ import mspec.models as models
 from mspec.models import (
     DEFAULT_PRESET,
     PRESETS,
+    check_environment,
+    check_placement,
     check_same_vocab,
+    choose_opt_target,
     early_exit_model,
     load_pair,
     make_pair,
+    opt_config,
     tiny_model,
 )
 
@@ -166,3 +171,105 @@ def test_smollm2_loads_offline_and_early_exit_gives_distributions(smollm2_dir, m
     torch.testing.assert_close(inc, full, atol=2e-3, rtol=1e-3)
     assert len(cache.layers) == 10
     assert not torch.allclose(full, ee.target_model(input_ids=text).logits)
+
+
+# -- ready for GPUs: argument checks, placement, the choice of target, the environment -------------
+
+
+def test_draft_only_for_opt_and_not_with_draft_layers(tmp_path):
+    with pytest.raises(ValueError, match="`draft`"):
+        load_pair("tiny", draft="facebook/opt-125m")
+    with pytest.raises(ValueError, match="either `draft`.*`draft_layers`"):
+        load_pair("opt", draft="facebook/opt-125m", draft_layers=2)
+    with pytest.raises(ValueError, match="not a folder with a saved model"):
+        load_pair("opt", draft=tmp_path / "missing", target=tmp_path, device="cpu")
+
+
+def test_check_placement_refuses_a_cpu_or_disk_spill():
+    model = tiny_model()  # on the CPU, without hf_device_map: placed by its parameters
+    with pytest.raises(ValueError, match=r"module\(s\) are on cpu .*model.decoder.*smaller target"):
+        check_placement(model, "cuda")
+    check_placement(model, "cpu")
+    model.hf_device_map = {"model.decoder.embed_tokens": 0, "model.decoder.layers.0": 1, "lm_head": 0}
+    check_placement(model, "cuda")  # spread over two GPUs: fine
+    model.hf_device_map = {"model.decoder.embed_tokens": 0, "model.decoder.layers.0": "cpu",
+                           "model.decoder.layers.1": "disk", "lm_head": 0}
+    with pytest.raises(ValueError, match=r"2 module\(s\) are on cpu and disk.*smaller target.*float16.*more memory"):
+        check_placement(model, torch.device("cuda", 0))
+    check_placement(model, "cpu")  # a CPU run asked for the CPU
+
+
+@pytest.mark.parametrize("memory, expected", [
+    (15_835_398_144, "facebook/opt-1.3b"),   # T4, as torch reports it
+    (17_071_734_784, "facebook/opt-1.3b"),   # V100 16 GB
+    (23_580_639_232, "facebook/opt-6.7b"),   # L4 24 GB
+    (40 * 2**30, "facebook/opt-13b"),         # A100 40 GB
+    (85_899_345_920, "facebook/opt-13b"),    # A100/H100 80 GB
+    (3e9, "facebook/opt-350m"),
+])
+def test_choose_opt_target_by_gpu_memory(memory, expected):
+    name, reason = choose_opt_target(memory)
+    assert name == expected and name in models.OPT_SHAPES
+    assert f"{memory / 1e9:.1f} GB" in reason and name in reason
+    if expected != "facebook/opt-13b":
+        assert "would need" in reason
+
+
+def test_choose_opt_target_says_when_nothing_fits():
+    with pytest.raises(ValueError, match="too small.*smollm2"):
+        choose_opt_target(5e8)
+    with pytest.raises(ValueError, match="positive"):
+        choose_opt_target(0)
+
+
+def test_opt_shapes_are_the_real_models():
+    """OPT_PARAMETERS (used to choose a target) recounts from OPT_SHAPES (the hub configs)."""
+    from transformers import OPTForCausalLM
+
+    for name, count in models.OPT_PARAMETERS.items():
+        config = opt_config(name)
+        with torch.device("meta"):
+            model = OPTForCausalLM(config)
+        assert sum(p.numel() for p in model.parameters()) == count, name
+        assert config.vocab_size == 50272 and config._name_or_path == name
+    assert opt_config("facebook/opt-13b").hidden_size == 5120
+    with pytest.raises(ValueError, match="unknown OPT model"):
+        opt_config("facebook/opt-7b")
+
+
+def test_check_environment_passes_here_and_names_the_fix(monkeypatch, capsys):
+    real = models._installed_version
+    found = check_environment()
+    assert set(found) == set(models.REQUIREMENTS) and "OK" in capsys.readouterr().out
+    versions = {"torch": "2.5.1+cu121", "transformers": "4.57.1", "accelerate": None}
+    monkeypatch.setattr(models, "_installed_version", versions.get)
+    with pytest.raises(RuntimeError) as error:
+        check_environment()
+    message = str(error.value)
+    assert "transformers 4.57.1 is installed but mspec needs transformers>=5.0,<6" in message
+    assert "accelerate is not installed" in message and "torch" not in message  # torch 2.5.1 is fine
+    assert 'pip install -U "transformers>=5.0,<6" "accelerate>=1.0"' in message and "restart" in message.lower()
+    monkeypatch.setattr(models, "_installed_version", {"torch": "2.0.1", "transformers": "5.1.0",
+                                                       "accelerate": "1.2.0"}.get)
+    with pytest.raises(RuntimeError, match="torch 2.0.1 is installed.*runtime with torch>=2.1"):
+        check_environment()
+    # new enough on disk, but an older transformers was imported before the upgrade
+    import transformers
+
+    monkeypatch.setattr(models, "_installed_version", lambda name: "5.99.0" if name == "transformers" else real(name))
+    monkeypatch.setattr(transformers, "__version__", "5.0.0")
+    with pytest.raises(RuntimeError, match="transformers 5.0.0 is imported.*5.99.0 is installed.*restart"):
+        check_environment()
+
+
+def test_requirements_match_pyproject():
+    """check_environment checks what pyproject.toml's `lm` extra declares."""
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    declared = {Requirement(r).name: Requirement(r).specifier for r in pyproject["project"]["optional-dependencies"]["lm"]}
+    from packaging.specifiers import SpecifierSet
+
+    for name, spec in models.REQUIREMENTS.items():
+        assert declared[name] == SpecifierSet(spec), name

@@ -5,10 +5,12 @@ import pytest
 from hypothesis import given, settings
 
 import mspec
+import mspec.lp as lp_module
 import mspec.optimal as optimal_module
 from mspec.closed_form import brute_force_acceptance
 from mspec.exact import output_distribution
-from mspec.optimal import MAX_LP_VARIABLES, LPSolveError, OptimalLP, draft_tuples, solve_optimal_lp
+from mspec.lp import MAX_LP_VARIABLES, draft_tuples
+from mspec.optimal import OptimalLP, solve_optimal_lp
 from sampling import assert_exact_law, chi2_pvalue, sample_counts
 from strategies import draft_target, random_case, random_cases
 
@@ -101,6 +103,14 @@ def test_draft_tuples():
     assert tuples.tolist() == [[0, 0], [0, 1]]
 
 
+def test_lp_plumbing_stays_importable_from_mspec_optimal():
+    """Running and certifying HiGHS lives in mspec.lp; the public names are still here too."""
+    for name in ("GAP_TOL", "LPFallbackWarning", "LPSolveError", "MAX_LP_VARIABLES", "SOLVER_STATUSES",
+                 "cut_bound", "draft_tuples", "repair_plan"):
+        assert getattr(optimal_module, name) is getattr(lp_module, name), name
+    assert mspec.LPSolveError is lp_module.LPSolveError and mspec.LPFallbackWarning is lp_module.LPFallbackWarning
+
+
 def test_refuses_too_big():
     with pytest.raises(ValueError, match="optimal_acceptance"):
         OptimalLP(draft=np.full(50, 0.02), target=np.full(50, 0.02), num_drafts=3)  # 50^4 > 2e6
@@ -109,13 +119,16 @@ def test_refuses_too_big():
         solve_optimal_lp(draft=[0.5, 0.5], target=[0.5, 0.5], num_drafts=2, max_variables=7)
 
 
-def test_solver_failure_is_an_error(monkeypatch):
+def test_solver_failure_falls_back_to_a_lossless_plan_and_says_so(monkeypatch):
     class Failed:
         status, x, message = 2, None, "The problem is infeasible."
 
-    monkeypatch.setattr(optimal_module, "linprog", lambda *a, **k: Failed())
-    with pytest.raises(LPSolveError, match="infeasible"):
-        OptimalLP(draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2)
+    monkeypatch.setattr(lp_module, "linprog", lambda *a, **k: Failed())
+    with pytest.warns(lp_module.LPFallbackWarning, match="infeasible"):
+        rule = OptimalLP(draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2)
+    assert rule.solver_status == "fallback"
+    np.testing.assert_allclose(rule.plan, np.tile([0.9, 0.1], (rule.plan.shape[0], 1)))  # q, whatever drafted
+    np.testing.assert_allclose(output_distribution(rule)[0], [0.9, 0.1], atol=1e-15)
 
 
 def test_bad_drafts_and_registry():

@@ -1,37 +1,24 @@
-"""Benchmarks and experiments: ``python -m mspec.bench <command>`` (``--help`` lists them).
+"""Speed benchmarks, and the command line of every benchmark and experiment.
 
-Speed goals are checked here, as ratios against a baseline measured in the same run,
-never by timed unit tests.
+``python -m mspec.bench <command>`` (``--help`` lists the commands; their options and how
+they become calls: :mod:`mspec.bench.commands`). Speed goals are checked here, as ratios
+against a baseline measured in the same run, never by timed unit tests:
+
+* :mod:`~mspec.bench.speed_baselines` (``token-level``): SpecInfer and SpecTr at OPT's
+  vocabulary against single-draft;
+* :mod:`~mspec.bench.speed_optimal` (``optimal``): the closed form, the IS scheme, the full
+  LP and the exactly optimal scheme;
+* :mod:`~mspec.bench.speed_gpu` (``gpu``): live decoding on a GPU, and the speed-up to expect;
+* :mod:`~mspec.bench.timing`: the timer they share.
+
+The paper's experiments (commands ``experiments``, ``acceptance``, ``decoding``, ``rounds``)
+are plain functions of :mod:`mspec.experiments`; this package only gives them a command line.
+Synthetic LM-shaped pairs come from :mod:`mspec.synthetic` (re-exported here with
+:func:`~mspec.bench.timing.median_time` for older imports: ``from mspec.bench import
+lm_like_pair, median_time``).
 """
 
-import time
+from ..synthetic import lm_like_pair
+from .timing import median_time
 
-import numpy as np
-
-
-def median_time(fn, *, repeats: int, warmup: int = 3) -> float:
-    """Median wall time of ``fn()`` in seconds over ``repeats`` calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
-def lm_like_pair(vocab_size: int, *, seed: int = 0, draft_temperature: float = 1.5):
-    """A synthetic (draft, target) pair shaped like LM next-token distributions.
-
-    Heavy-tailed logits (a scaled Gumbel-ish spread); the target is their softmax at
-    temperature 1 and the draft the softmax of slightly perturbed logits at
-    ``draft_temperature`` -- the mismatch the paper studies.
-    """
-    from ..distributions import distribution_from_logits
-
-    rng = np.random.default_rng(seed)
-    logits = 2.5 * rng.standard_normal(vocab_size)
-    target = distribution_from_logits(logits)
-    draft = distribution_from_logits(logits + 0.5 * rng.standard_normal(vocab_size), temperature=draft_temperature)
-    return draft, target
+__all__ = ["lm_like_pair", "median_time"]

@@ -20,6 +20,9 @@ PAIR = "OPT-125M -> OPT-13B"
 CITATION = "Khisti et al., ICLR 2025 (arXiv:2410.18234)"
 #: the paper's draft length
 DRAFT_LENGTH = 5
+#: the multi-draft schemes every experiment compares: the exactly optimal one (beyond the
+#: paper: :mod:`mspec.optimal_selection`) and the paper's three, in print order
+COMPARED_SCHEMES = ("optimal", "is", "spectr", "specinfer")
 
 #: Table 1: block efficiency on Dolly vs number of drafts K (identical drafts).
 TABLE1_BLOCK_EFFICIENCY = {
@@ -108,6 +111,7 @@ def paper_value(table: dict, *keys):
 
 __all__ = [
     "CITATION",
+    "COMPARED_SCHEMES",
     "DRAFT_LENGTH",
     "PAIR",
     "QUALITY_TABLES",

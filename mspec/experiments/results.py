@@ -5,6 +5,7 @@ appended to the CSV (and flushed to disk) as soon as it is computed, keyed by th
 configuration's canonical JSON. A rerun reads the existing rows first and returns them
 instead of recomputing, so an interrupted sweep resumes where it stopped. The key is the
 configuration only (not the code version): results of changed code need a fresh file.
+Without a file (``path=None``, what a notebook uses) the rows are kept in memory only.
 
 >>> import tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "rows.csv"
@@ -51,7 +52,7 @@ class RowBudget:
     def check(self) -> None:
         """Raise :class:`StopSweep` if no new row may be computed."""
         if self.max_rows is not None and self.computed >= self.max_rows:
-            raise StopSweep(f"stopped after {self.computed} new rows (--max-rows {self.max_rows})")
+            raise StopSweep(f"stopped after {self.computed} new rows (max_rows={self.max_rows})")
 
     def spend(self, row: dict) -> None:
         """Count one new row and call the hook."""
@@ -72,7 +73,8 @@ class ResultTable:
     for reading the CSV by eye; missing fields are left empty), then ``value_fields``.
 
     Args:
-        path: the CSV file; created (with its folder) on the first row.
+        path: the CSV file, created (with its folder) on the first row; ``None`` keeps the
+            rows in memory only.
         config_fields: configuration entries shown as columns.
         value_fields: the computed values, in column order.
         budget: shared :class:`RowBudget` (default: unlimited).
@@ -83,25 +85,25 @@ class ResultTable:
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike | None,
         *,
         config_fields: Sequence[str],
         value_fields: Sequence[str],
         budget: RowBudget | None = None,
     ):
-        self.path = Path(path)
+        self.path = None if path is None else Path(path)
         self.fields = ["key", *config_fields, *value_fields]
         self.value_fields = list(value_fields)
         self.budget = budget or RowBudget()
         self.rows: dict[str, dict] = {}
-        if self.path.is_file() and self.path.stat().st_size > 0:
+        if self.path is not None and self.path.is_file() and self.path.stat().st_size > 0:
             with open(self.path, newline="", encoding="utf-8") as handle:
                 reader = csv.DictReader(handle)
                 if reader.fieldnames != self.fields:
                     raise ValueError(
                         f"{self.path} has columns {reader.fieldnames}, expected {self.fields}; it was "
-                        "written by another version of this benchmark: pass another --out folder or "
-                        "delete the file"
+                        "written by another version of this experiment: write to another folder "
+                        "(--out) or delete the file"
                     )
                 for raw in reader:
                     self.rows[raw["key"]] = self._parse(raw)
@@ -134,7 +136,8 @@ class ResultTable:
         if missing:
             raise ValueError(f"computed row lacks the values {sorted(missing)}")
         row = {**config, **{name: values[name] for name in self.value_fields}}
-        self._append(key, row)
+        if self.path is not None:
+            self._append(key, row)
         self.rows[key] = row
         self.budget.spend(row)
         return row

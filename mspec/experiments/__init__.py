@@ -1,0 +1,33 @@
+"""The paper's experiments (Khisti et al., ICLR 2025, Section 6) as plain functions.
+
+Each experiment takes a model pair (:func:`mspec.models.load_pair`) and a small settings
+dataclass whose defaults are the full run (``Settings.quick()``: minutes on a CPU), and
+returns its rows; ``summarize`` turns them into statistics and ``report_*`` prints them next
+to the paper's numbers. Without an output folder the rows stay in memory (what the book's
+notebooks do); with one (``out=``, what ``python -m mspec.bench <command>`` passes) every
+row is appended to a CSV file as soon as it is computed, and a rerun resumes.
+
+* :mod:`~mspec.experiments.acceptance`: token-level acceptance on real next-token
+  distributions (Table 3); command ``acceptance``.
+* :mod:`~mspec.experiments.live_decoding`: block efficiency, token rate and output quality
+  of live decoding (Tables 1, 2, 4-6, Figures 3, 4); command ``decoding``. Its tables,
+  goals and figures: :mod:`~mspec.experiments.live_decoding_report`.
+* :mod:`~mspec.experiments.paired_rounds`: every scheme's expected tokens on the same
+  rounds; command ``rounds``.
+* :mod:`~mspec.experiments.suite`: acceptance, then live decoding, and the performance
+  goals; command ``experiments``.
+* Shared: :mod:`~mspec.experiments.paper` (the paper's published numbers),
+  :mod:`~mspec.experiments.inputs` (datasets, prompts as token ids, seeds),
+  :mod:`~mspec.experiments.report` (text tables, the pair's label, JSON and HTML files),
+  :mod:`~mspec.experiments.results` (resumable CSV result tables, mean ± s.e.).
+
+Example (a notebook)::
+
+    from mspec.experiments.acceptance import AcceptanceSettings, run_acceptance, summarize
+    from mspec.models import load_pair
+
+    run = run_acceptance(load_pair("smollm2"), AcceptanceSettings.quick(datasets=("dolly",)))
+    stats = summarize(run)       # dataset -> scheme -> K -> mean, s.e., n
+
+Nothing is imported here, so ``import mspec.experiments.paper`` stays light.
+"""
