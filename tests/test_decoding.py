@@ -318,8 +318,8 @@ def test_drafts_with_one_prefix_sample_from_one_bit_identical_row(models):
     class RowNoise(type(draft_model)):
         """Logits that differ between batch rows in the last bits, as batched kernels may."""
 
-        def forward(self, *args, **kwargs):
-            out = super().forward(*args, **kwargs)
+        def forward(self, *args, cache=None, **kwargs):  # `cache`: the decoder looks for it by name
+            out = super().forward(*args, cache=cache, **kwargs)
             rows = torch.arange(out.logits.shape[0], dtype=out.logits.dtype)[:, None, None]
             out.logits = out.logits + 1e-6 * rows * torch.linspace(0, 1, out.logits.shape[-1])
             return out
