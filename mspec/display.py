@@ -99,9 +99,7 @@ def with_precomputed_slider(make_figure, values, *, label, active=0, fmt=None):
         ValueError: if ``values`` is empty, ``active`` is not an index into it, or the
             figures do not all have the same number of traces.
     """
-    import numbers
 
-    import numpy as np
     import plotly.graph_objects as go
 
     values = list(values)
@@ -110,29 +108,11 @@ def with_precomputed_slider(make_figure, values, *, label, active=0, fmt=None):
     if not 0 <= active < len(values):
         raise ValueError(f"active={active} is not an index into values (0..{len(values) - 1})")
 
-    def label_of(value):
-        if fmt is not None:
-            return fmt.format(value)
-        if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
-            return f"{value:.2f}"
-        return str(value)
-
-    def get(trace, key):
-        value = trace
-        for part in key.split("."):
-            value = getattr(value, part, None)
-            if value is None:
-                return None
-        return np.asarray(value).tolist()
-
     figs = [make_figure(v) for v in values]
-    n_traces = {len(f.data) for f in figs}
-    if len(n_traces) != 1:
-        raise ValueError(f"make_figure returned figures with {sorted(n_traces)} traces: every "
-                         "figure must have the same traces (use empty ones where needed)")
-    data = [{key: [get(tr, key) for tr in f.data] for key in SLIDER_KEYS} for f in figs]
+    _check_same_traces(figs)
+    data = [{key: [_trace_value(tr, key) for tr in f.data] for key in SLIDER_KEYS} for f in figs]
     keys = [k for k in SLIDER_KEYS if any(v is not None for d in data for v in d[k])]
-    steps = [dict(method="update", label=label_of(v),
+    steps = [dict(method="update", label=_slider_label(v, fmt),
                   args=[{k: d[k] for k in keys}, {"title.text": f.layout.title.text}])
              for v, f, d in zip(values, figs, data)]
     fig = go.Figure(figs[active])
@@ -230,6 +210,26 @@ def _slider_label(value, fmt):
     return str(value)
 
 
+def _check_same_traces(figs) -> None:
+    """Raise a ValueError unless every figure has the same number of traces."""
+    n_traces = {len(f.data) for f in figs}
+    if len(n_traces) != 1:
+        raise ValueError(f"make_figure returned figures with {sorted(n_traces)} traces: every "
+                         "figure must have the same traces (use empty ones where needed)")
+
+
+def _trace_value(trace, key: str):
+    """A trace's attribute ``key`` (dotted, e.g. ``"marker.color"``) as a list, or None if unset."""
+    import numpy as np
+
+    value = trace
+    for part in key.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return np.asarray(value).tolist()
+
+
 def _restyle_updates(figs, keys):
     """``{position: {key: [value of trace 0, trace 1, ...]}}`` for the keys set in some
     figure and not the same in all of them (a step need not repeat what never changes).
@@ -237,22 +237,8 @@ def _restyle_updates(figs, keys):
     Raises:
         ValueError: the figures do not all have the same number of traces.
     """
-    import numpy as np
-
-    n_traces = {len(f.data) for f in figs.values()}
-    if len(n_traces) != 1:
-        raise ValueError(f"make_figure returned figures with {sorted(n_traces)} traces: every "
-                         "figure must have the same traces (use empty ones where needed)")
-
-    def get(trace, key):
-        value = trace
-        for part in key.split("."):
-            value = getattr(value, part, None)
-            if value is None:
-                return None
-        return np.asarray(value).tolist()
-
-    data = {pos: {key: [get(tr, key) for tr in f.data] for key in keys} for pos, f in figs.items()}
+    _check_same_traces(list(figs.values()))
+    data = {pos: {key: [_trace_value(tr, key) for tr in f.data] for key in keys} for pos, f in figs.items()}
     first = next(iter(data.values()))
     used = [k for k in keys if any(v is not None for d in data.values() for v in d[k])
             and any(d[k] != first[k] for d in data.values())]

@@ -92,6 +92,14 @@ def assert_valid_samples(rule, rng, n):
     assert np.all(rule.target[out] > 0.0)
 
 
+def check_small_tokens_rule(draft, target, k, tiling):
+    """``atoms="tokens"``: the exact law by enumeration and every drafted token's key law."""
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=k, atoms="tokens", tiling=tiling)
+    assert_exact_law(rule, target, k, draft)
+    for t in np.flatnonzero(draft):
+        assert_key_law(rule, t)
+
+
 # --- 1. subnormal target entries -------------------------------------------------------------
 @pytest.mark.parametrize("tiling", ["pool", "greedy"])
 @pytest.mark.parametrize("atoms", ["tokens", "buckets", "auto"])
@@ -156,10 +164,7 @@ def test_subnormal_draft_entries_small(tiling):
     for draft, target in cases:
         draft, target = np.array(draft), np.array(target)
         for k in (1, 2, 3):
-            rule = OptimalSelection(draft=draft, target=target, num_drafts=k, atoms="tokens", tiling=tiling)
-            assert_exact_law(rule, target, k, draft)
-            for t in np.flatnonzero(draft):
-                assert_key_law(rule, t)
+            check_small_tokens_rule(draft, target, k, tiling)
 
 
 def test_subnormal_draft_entry_at_full_vocabulary():
@@ -294,10 +299,7 @@ def test_fuzz_small_vocabulary_exact_by_enumeration():
             k -= 1
         draft, target = hostile_pair(rng, vocab, FAMILIES[trial % len(FAMILIES)])
         tiling = ("pool", "greedy")[trial // len(FAMILIES) % 2]
-        rule = OptimalSelection(draft=draft, target=target, num_drafts=k, atoms="tokens", tiling=tiling)
-        assert_exact_law(rule, target, k, draft)
-        for t in np.flatnonzero(draft):
-            assert_key_law(rule, t)
+        check_small_tokens_rule(draft, target, k, tiling)
 
 
 def test_fuzz_large_vocabulary_key_laws():

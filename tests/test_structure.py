@@ -43,7 +43,6 @@ SKIPPED_DIRS = {"_build", ".git", "__pycache__", ".ipynb_checkpoints"}
 #: files with functions over the limit -> what removes the entry
 PENDING_LONG_FUNCTIONS = {
     "mspec/decoding.py": "split speculative_generate, expected_round_tokens",
-    "mspec/display.py": "split with_precomputed_slider",
     "mspec/models.py": "split load_pair, early_exit_model, _load_opt",
     "mspec/optimal_selection.py": "split certify, build, buckets, _shell_run, _lex_pieces, ...",
 }

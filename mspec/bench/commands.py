@@ -293,27 +293,25 @@ def _sweep(args, compute, report) -> int:
     return 0
 
 
+def _experiment(args, settings_class, dests, run, report) -> int:
+    """One experiment command: its options -> settings -> ``run`` (resumable) -> ``report``."""
+    settings = _settings(settings_class, args, dests)
+    return _sweep(args, lambda pair, budget: run(pair, settings, out=args.out, budget=budget, progress=True),
+                  lambda result: report(result, args.out))
+
+
 def _acceptance(args) -> int:
-    settings = _settings(acc.AcceptanceSettings, args, ACCEPTANCE_DESTS)
-    return _sweep(args, lambda pair, budget: acc.run_acceptance(pair, settings, out=args.out, budget=budget,
-                                                                 progress=True),
-                  lambda run: acc.report_acceptance(run, args.out))
+    return _experiment(args, acc.AcceptanceSettings, ACCEPTANCE_DESTS, acc.run_acceptance, acc.report_acceptance)
 
 
 def _decoding(args) -> int:
     from ..experiments.live_decoding_report import report_decoding
 
-    settings = _settings(dec.DecodingSettings, args, DECODING_DESTS)
-    return _sweep(args, lambda pair, budget: dec.run_decoding(pair, settings, out=args.out, budget=budget,
-                                                               progress=True),
-                  lambda run: report_decoding(run, args.out))
+    return _experiment(args, dec.DecodingSettings, DECODING_DESTS, dec.run_decoding, report_decoding)
 
 
 def _rounds(args) -> int:
-    settings = _settings(rounds.RoundsSettings, args, ROUNDS_DESTS)
-    return _sweep(args, lambda pair, budget: rounds.run_rounds(pair, settings, out=args.out, budget=budget,
-                                                                progress=True),
-                  lambda run: rounds.report_rounds(run, args.out))
+    return _experiment(args, rounds.RoundsSettings, ROUNDS_DESTS, rounds.run_rounds, rounds.report_rounds)
 
 
 def _experiments_arguments(parser) -> None:

@@ -33,12 +33,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 import numpy as np
 
 from . import paper
-from .inputs import (DATA_SOURCES, DATASETS, DEFAULT_DRAFT_TEMPERATURE, checked_choices, derived_seed,
+from .inputs import (SharedSettings, DATASETS, checked_choices, derived_seed,
                      load_dataset_prompts, with_progress)
 from .report import ORDERING_NOTE, fmt, format_table, pair_label, print_block, write_html, write_json
 from .results import ResultTable, RowBudget, mean_se
@@ -61,7 +62,7 @@ ROW_FIELDS = ["preset", "dataset", "prompt", "seed", "continuation", "draft_temp
 
 
 @dataclass(frozen=True)
-class AcceptanceSettings:
+class AcceptanceSettings(SharedSettings):
     """Settings of the token-level acceptance experiment; the defaults are the full run.
 
     Attributes:
@@ -85,24 +86,13 @@ class AcceptanceSettings:
     continuation: str = "sampled"
     is_s: int = 5
     is_alphabet: int = 40
-    draft_temperature: float = DEFAULT_DRAFT_TEMPERATURE
-    target_temperature: float = 1.0
-    data_source: str = "auto"
-    max_chars: int = 1000
-    seed: int = 0
+    QUICK: ClassVar[dict] = QUICK
 
     def __post_init__(self):
         object.__setattr__(self, "datasets", checked_choices("datasets", self.datasets, DATASETS))
         checked_choices("continuation", self.continuation, ("sampled", "reference"))
-        checked_choices("data_source", self.data_source, DATA_SOURCES)
         object.__setattr__(self, "drafts", tuple(sorted(set(self.drafts))))
-        for name in ("draft_temperature", "target_temperature"):  # 1 and 1.0 are one row key
-            object.__setattr__(self, name, float(getattr(self, name)))
-
-    @classmethod
-    def quick(cls, **changes) -> AcceptanceSettings:
-        """Small settings (:data:`QUICK`: 2 prompts of 12 positions), then ``changes``."""
-        return cls(**{**QUICK, **changes})
+        super().__post_init__()
 
     @property
     def is_params(self) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import ClassVar
 
 __all__ = ["DATASETS", "DATA_SOURCES", "DEFAULT_DRAFT_TEMPERATURE", "Prompt", "checked_choices",
            "derived_seed", "load_dataset_prompts", "with_progress"]
@@ -95,3 +96,34 @@ def with_progress(items, show: bool, **bar):
     from tqdm.auto import tqdm
 
     return tqdm(items, **bar)
+
+
+@dataclass(frozen=True)
+class SharedSettings:
+    """The settings every experiment shares; each experiment's settings extend it.
+
+    Attributes:
+        draft_temperature, target_temperature: temperatures of ``p`` and ``q``.
+        data_source: where prompts come from (:func:`mspec.data.load_prompts`).
+        max_chars: XSum documents are cut to this many characters.
+        seed: base seed of the run.
+    """
+
+    #: the small settings of :meth:`quick` (each experiment sets its own)
+    QUICK: ClassVar[dict] = {}
+
+    draft_temperature: float = DEFAULT_DRAFT_TEMPERATURE
+    target_temperature: float = 1.0
+    data_source: str = "auto"
+    max_chars: int = 1000
+    seed: int = 0
+
+    def __post_init__(self):
+        checked_choices("data_source", self.data_source, DATA_SOURCES)
+        for name in ("draft_temperature", "target_temperature"):  # 1 and 1.0 are one row key
+            object.__setattr__(self, name, float(getattr(self, name)))
+
+    @classmethod
+    def quick(cls, **changes):
+        """Small settings (the class's ``QUICK``), then ``changes``."""
+        return cls(**{**cls.QUICK, **changes})

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 import numpy as np
 
 from . import paper
-from .inputs import (DATA_SOURCES, DATASETS, DEFAULT_DRAFT_TEMPERATURE, Prompt, checked_choices, derived_seed,
+from .inputs import (SharedSettings, DATASETS, Prompt, checked_choices, derived_seed,
                      load_dataset_prompts, with_progress)
 from .report import pair_label
 from .results import ResultTable, RowBudget, mean_se
@@ -60,7 +61,7 @@ VALUE_FIELDS = ["tokens", "target_calls", "block_efficiency", "decode_s", "token
 
 
 @dataclass(frozen=True)
-class DecodingSettings:
+class DecodingSettings(SharedSettings):
     """Settings of the live-decoding experiments; the defaults are the full run.
 
     Attributes:
@@ -95,27 +96,17 @@ class DecodingSettings:
     topk_drafts: tuple[int, ...] = (2, 3)
     alphabets: tuple[int, ...] = (10, 20, 40, 50)
     lp_sizes: tuple[int, ...] = (5, 10, 15)
-    draft_temperature: float = DEFAULT_DRAFT_TEMPERATURE
-    target_temperature: float = 1.0
-    data_source: str = "auto"
-    max_chars: int = 1000
-    seed: int = 0
+    QUICK: ClassVar[dict] = QUICK
 
     def __post_init__(self):
         object.__setattr__(self, "experiments", checked_choices("experiments", self.experiments, EXPERIMENTS))
         object.__setattr__(self, "datasets", checked_choices("datasets", self.datasets, DATASETS))
         checked_choices("main_dataset", self.main_dataset, DATASETS)
-        checked_choices("data_source", self.data_source, DATA_SOURCES)
         for name in ("drafts_k", "top_k", "topk_drafts", "alphabets", "lp_sizes"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
-        for name in ("first_temperature", "draft_temperature", "target_temperature"):  # 1 and 1.0: one key
-            object.__setattr__(self, name, float(getattr(self, name)))
-
-    @classmethod
-    def quick(cls, **changes) -> DecodingSettings:
-        """Small settings (:data:`QUICK`: one 16-token generation per point), then ``changes``."""
-        return cls(**{**QUICK, **changes})
+        object.__setattr__(self, "first_temperature", float(self.first_temperature))  # 1 and 1.0: one key
+        super().__post_init__()
 
 
 @dataclass

@@ -30,12 +30,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 import numpy as np
 
 from . import paper
-from .inputs import (DATA_SOURCES, DATASETS, DEFAULT_DRAFT_TEMPERATURE, checked_choices, derived_seed,
+from .inputs import (SharedSettings, DATASETS, checked_choices, derived_seed,
                      load_dataset_prompts, with_progress)
 from .report import fmt, format_table, pair_label, print_block, write_json
 from .results import ResultTable, RowBudget
@@ -58,7 +59,7 @@ QUICK = {"prompts": 2, "seeds": 1, "max_new_tokens": 24, "max_chars": 400}
 
 
 @dataclass(frozen=True)
-class RoundsSettings:
+class RoundsSettings(SharedSettings):
     """Settings of the paired block efficiency; the defaults are the full run.
 
     Attributes:
@@ -79,24 +80,13 @@ class RoundsSettings:
     draft_length: int = paper.DRAFT_LENGTH
     drafts_k: tuple[int, ...] = (2, 4, 8)
     reference: str = "optimal"
-    draft_temperature: float = DEFAULT_DRAFT_TEMPERATURE
-    target_temperature: float = 1.0
-    data_source: str = "auto"
-    max_chars: int = 1000
-    seed: int = 0
+    QUICK: ClassVar[dict] = QUICK
 
     def __post_init__(self):
         checked_choices("main_dataset", self.main_dataset, DATASETS)
         checked_choices("reference", self.reference, paper.COMPARED_SCHEMES)
-        checked_choices("data_source", self.data_source, DATA_SOURCES)
         object.__setattr__(self, "drafts_k", tuple(sorted(set(self.drafts_k))))
-        for name in ("draft_temperature", "target_temperature"):  # 1 and 1.0: one row key
-            object.__setattr__(self, name, float(getattr(self, name)))
-
-    @classmethod
-    def quick(cls, **changes) -> RoundsSettings:
-        """Small settings (:data:`QUICK`: 2 reference generations of 24 tokens), then ``changes``."""
-        return cls(**{**QUICK, **changes})
+        super().__post_init__()
 
 
 @dataclass
