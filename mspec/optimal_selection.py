@@ -268,24 +268,7 @@ def _lex_pieces(masses: np.ndarray, targets: np.ndarray, num_drafts: int, start:
     np.minimum(top, 1.0, out=top)
     if n == 0:
         return targets, np.zeros(1, dtype=np.int64), top
-    # v_t = nu([top_t, top_t + p_t]) = f(prefix up to t) - f(prefix before t), what priority
-    # by q/p gives atom t, as r^K (1 - (1 - p_t / r)^K) with r = 1 - top_t: relatively exact.
-    # (A difference of f = 1 - (1 - top)^K keeps only ~1e-16 absolute: a piece short against
-    # its keys' scale got x summing to a nu-mass its keys do not hold, and the slopes of
-    # atoms below that rounding were noise, pooled into pieces their keys cannot realise.)
-    room = np.subtract(top[:-1], 1.0)  # -r
-    with np.errstate(divide="ignore", invalid="ignore"):  # (r = 0 past the keys: v = 0)
-        v = np.divide(masses, room, out=masses)  # -p / r
-        tail = max(int(np.searchsorted(top, 1.0 - 1e-12)) - 1, 0)  # (atoms that end at key ~1)
-        if tail < n:  # p / r >= 1 there by rounding, or past the keys: r = +0.0, -p / r = +inf
-            end = v[tail:]
-            end[~(end >= -1.0) | (end > 0.0)] = -1.0
-        np.log1p(v, out=v)
-        v *= num_drafts
-        np.expm1(v, out=v)  # (1 - p / r)^K - 1
-    v *= _power(room, num_drafts)  # (-r)^K
-    if num_drafts % 2 == 0:
-        np.negative(v, out=v)
+    v = _key_masses(masses, top, num_drafts)  # what priority by q/p gives each atom
     weights = targets
     if targets.min() < 1e-290:  # (v <= 1: only then can a slope v_t / q_t overflow)
         # a tiny (subnormal) q_t: v_t / q_t may overflow. The isotonic regression of y with
@@ -310,6 +293,49 @@ def _lex_pieces(masses: np.ndarray, targets: np.ndarray, num_drafts: int, start:
     else:
         x_sorted *= np.repeat(scale, np.diff(blocks))
     return x_sorted, blocks, top
+
+
+#: up to this K, :func:`_key_masses` sums the K positive terms of the polynomial form
+#: (3 array operations per term); above it, log1p/expm1 are cheaper
+POLYNOMIAL_KEY_MASSES_UP_TO = 4
+
+
+def _key_masses(masses: np.ndarray, top: np.ndarray, num_drafts: int) -> np.ndarray:
+    """``v_t = nu([top_t, top_t + p_t])``, the ``nu``-mass of each atom's keys, relatively exact.
+
+    With ``r = 1 - top_t`` and ``u = max(r - p_t, 0)`` (the key interval is cut at 1),
+    ``v_t = r^K - u^K = (r - u) (r^(K-1) + r^(K-2) u + ... + u^(K-1))``: a sum of positive
+    terms (no cancellation, unlike a difference of ``f = 1 - (1 - top)^K``, which keeps only
+    ~1e-16 absolute: the slopes of small atoms were noise). For larger K the same value as
+    ``r^K (1 - (1 - p_t / r)^K)`` through log1p/expm1.
+
+    Args:
+        masses: ``(n,)`` draft masses (overwritten: it becomes ``v``).
+        top: ``(n + 1,)`` key starts, clipped to 1.
+        num_drafts: K.
+    """
+    r = np.subtract(1.0, top[:-1])
+    u = np.subtract(r, masses)
+    np.maximum(u, 0.0, out=u)
+    length = np.minimum(masses, r, out=masses)  # r - u, exactly: p, or r where the keys end
+    if num_drafts <= POLYNOMIAL_KEY_MASSES_UP_TO:
+        h = np.ones_like(r)  # h = r^(K-1) + r^(K-2) u + ... + u^(K-1), by Horner in r
+        u_power = u.copy() if num_drafts > 2 else u  # u^m
+        for m in range(1, num_drafts):
+            h *= r
+            if m > 1:
+                u_power *= u
+            h += u_power
+        return np.multiply(length, h, out=length)
+    with np.errstate(divide="ignore", invalid="ignore"):  # (r = 0 past the keys: v = 0)
+        share = np.divide(length, r, out=u)  # in [0, 1]; NaN where r = 0
+        share[~(share <= 1.0)] = 1.0
+        np.negative(share, out=share)
+        np.log1p(share, out=share)
+        share *= num_drafts
+        np.expm1(share, out=share)  # (1 - p / r)^K - 1, in [-1, 0]
+    share *= _power(r, num_drafts)
+    return np.negative(share, out=length)
 
 
 def _argsort_positive(values: np.ndarray) -> np.ndarray:
@@ -764,6 +790,7 @@ class _PoolPiece:
         pool_end = length - (float(back.edge(back.size)) if back.size else 0.0)
         self.pool_len = max(pool_end - self.pool_start, 0.0)
         self.phases = 0  # no greedy blocks
+        self._slots: dict[int, tuple[float, float, float]] = {}  # local token -> _slot(token)
 
     @classmethod
     def build(cls, masses: np.ndarray, targets: np.ndarray, start: float, num_drafts: int, depth: int = 0,
@@ -830,15 +857,19 @@ class _PoolPiece:
 
     def _slot(self, i: int):
         """``(lo, hi, own)``: local token ``i``'s slot in piece coordinates, and the length
-        of it the token owns (0 for a slot that rounds to nothing)."""
-        if i < self.front.size:
-            lo, hi, own = self.front.slot(i)
-        elif self.n - 1 - i < self.back.size:
-            lo, hi, own = self.back.slot(self.n - 1 - i)
-            lo, hi = self.length - hi, self.length - lo
-        else:
-            return 0.0, 0.0, 0.0
-        return (lo, hi, own) if hi > lo else (lo, lo, 0.0)
+        of it the token owns (0 for a slot that rounds to nothing). Kept once computed (a
+        drafted token's slot is read by its certificate and by every key drawn from it)."""
+        slot = self._slots.get(i)
+        if slot is None:
+            if i < self.front.size:
+                lo, hi, own = self.front.slot(i)
+            elif self.n - 1 - i < self.back.size:
+                lo, hi, own = self.back.slot(self.n - 1 - i)
+                lo, hi = self.length - hi, self.length - lo
+            else:
+                lo = hi = own = 0.0
+            slot = self._slots[i] = (lo, hi, own) if hi > lo else (lo, lo, 0.0)
+        return slot
 
     def _group_tiling(self, i: int):
         """``(tiling, position, own)`` if local token ``i`` is in a tiled group, else None.
@@ -1054,10 +1085,10 @@ class _PoolPiece:
         defect, held = 0.0, 0.0
         lo, hi, own = self._slot(i)
         if side is not None:
-            raw = side.edge(np.array([j, j + 1]))
-            if not (math.isfinite(float(raw[0])) and math.isfinite(float(raw[1]))):
+            raw = side.pair(j)
+            if not (math.isfinite(raw[0]) and math.isfinite(raw[1])):
                 return "slot edges not finite"
-            defect += dense * max(float(raw[0] - raw[1]), 0.0)
+            defect += dense * max(raw[0] - raw[1], 0.0)
             if hi > lo:
                 nu_slot = (base - lo) ** k - max(base - hi, 0.0) ** k
                 first = side.group_first(j)
@@ -1073,7 +1104,7 @@ class _PoolPiece:
                 else:
                     held = own / (hi - lo) * nu_slot
         if self.pool_len > 0.0:
-            start = float(self.front.edge(self.front.size)) if self.front.size else 0.0
+            start = self.pool_start
             density = ((base - start) ** k - max(base - start - self.pool_len, 0.0) ** k) / self.pool_len
             error = abs(held + max(mass - own, 0.0) * density - target)
         else:
@@ -1354,11 +1385,15 @@ class _Side:
         s = self.group_first(i)
         if s >= 0:
             return float(self.edge(s)), float(self.edge(int(self._end[i]))), float(self._own[i])
-        if self.solved:
-            lo, hi = self.edges[i], self.edges[i + 1]
-        else:
-            lo, hi = self.edge(np.array([i, i + 1]))
-        return float(lo), float(hi), float(min(hi - lo, self.masses[i]))
+        lo, hi = self.pair(i)
+        return lo, hi, min(hi - lo, float(self.masses[i]))
+
+    def pair(self, i: int) -> tuple[float, float]:
+        """``(edges[i], edges[i + 1])`` as floats, solving them if missing."""
+        lo, hi = float(self.edges[i]), float(self.edges[i + 1])
+        if lo != lo or hi != hi:  # (NaN: not solved yet)
+            lo, hi = map(float, self.edge(np.array([i, i + 1])))
+        return lo, hi
 
 
 def _concave_root(z: np.ndarray, want: np.ndarray, phi, slope, most: float, g: float) -> np.ndarray:
