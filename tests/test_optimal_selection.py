@@ -12,8 +12,13 @@ import mspec
 from mspec.closed_form import optimal_acceptance
 from mspec.exact import output_distribution
 from mspec.optimal import OptimalLP
-from mspec import optimal_selection
-from mspec.optimal_selection import OptimalSelection, _argsort_positive, _Piece, _PoolPiece, lex_optimal_induced
+from mspec.optimal_selection import FastPath, OptimalSelection, lex_optimal_induced
+from mspec.optimal_selection.buckets import BUCKET_BITS, _bucket_level, _bucket_sums, _coarser
+from mspec.optimal_selection.greedy import _Piece
+from mspec.optimal_selection.induced import _argsort_positive
+from mspec.optimal_selection.pool import _PoolPiece
+from mspec.optimal_selection.roots import _power_root
+from mspec.optimal_selection.runs import _RunPiece
 
 from sampling import chi2_pvalue, sample_counts
 from strategies import bucket_case, near_tight_case, optimum_one_case, random_case, tight_bucket_case
@@ -94,7 +99,7 @@ def test_hand_built_slots_and_pool():
     assert rule.acceptance() == pytest.approx(1.0)
 
 
-def test_groups_tiled_groups_and_the_greedy_fallback(monkeypatch):
+def test_groups_tiled_groups_and_the_greedy_fallback():
     # A token that would need a slot longer than itself shares one with the tokens before
     # it (a group); this pair needs a group on both sides.
     draft, target = np.array([0.08, 0.03, 0.47, 0.21, 0.21]), np.array([0.03, 0.04, 0.14, 0.31, 0.48])
@@ -116,26 +121,21 @@ def test_groups_tiled_groups_and_the_greedy_fallback(monkeypatch):
         assert assert_key_laws_tile(rule, k, range(draft.size))[2] < 1e-13
     # A tiled group's slot is a piece of its own, realised again by slots and a pool (depth
     # 1); where that fails, by the greedy inside the slot (forced here), still exact.
-    build = _PoolPiece.build.__func__
     for forced in (False, True):
-        if forced:
-            monkeypatch.setattr(_PoolPiece, "build", classmethod(
-                lambda cls, *args, **kw: None if len(args) > 4 and args[4] > 0 else build(cls, *args, **kw)))
+        fast = FastPath(max_depth=0 if forced else FastPath().max_depth)
         for k, draft, target in [(3, [0.15, 0.1, 0.04, 0.58, 0.13], [0.32, 0.2, 0.05, 0.2, 0.23]),
                                  (2, [0.39, 0.09, 0.14, 0.38], [0.25, 0.02, 0.02, 0.71])]:
             draft, target = np.array(draft), np.array(target)
-            rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
+            rule = OptimalSelection(draft=draft, target=target, num_drafts=k, fast=fast)
             assert assert_key_laws_tile(rule, k, range(draft.size))[2] < 1e-13
             np.testing.assert_allclose(output_distribution(rule)[0], target, atol=1e-12)
             tilings = [t for j in range(rule.blocks.size - 1) for t in rule._piece(j)._tilings.values()]
             assert tilings and all(isinstance(t, _Piece) if forced else isinstance(t, _PoolPiece) and t.depth == 1
                                    for t in tilings)
-    monkeypatch.undo()
-    # When no group works, the piece falls back to the greedy tiling, still exact (forced
-    # here: no piece can be built from slots).
-    monkeypatch.setattr(optimal_selection._PoolPiece, "build", classmethod(lambda cls, *args, **kw: None))
+    # When slots and a pool do not serve a piece, it falls back to the greedy tiling, still
+    # exact (forced here: a negative tolerance fails every certificate of the fast path).
     draft, target = np.array([0.08, 0.03, 0.47, 0.21, 0.21]), np.array([0.03, 0.04, 0.14, 0.31, 0.48])
-    rule = OptimalSelection(draft=draft, target=target, num_drafts=3)
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=3, certify_tolerance=-1.0)
     assert "greedy" in [rule.realisation(t) for t in range(5)]
     law, accept = output_distribution(rule)
     np.testing.assert_allclose(law, target, atol=1e-12)
@@ -165,29 +165,26 @@ def test_tiled_groups_fill_the_extreme_tokens_first():
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_runs_of_too_long_tokens_are_grouped_at_once(seed, monkeypatch):
+def test_runs_of_too_long_tokens_are_grouped_at_once(seed):
     # Next to a nearly tight suffix most tokens need a slot longer than themselves, in long
     # runs. A run is grouped at once (not regrouped token by token: 296-490 attempts on
     # these pairs before, ~100 now), every piece is still slots and a pool, and the key laws
     # of all 1000 tokens tile [0, 1] with the right masses.
     draft, target = near_tight_case(np.random.default_rng(seed), vocab=1000, num_drafts=4)
-    attempts = []
-    group = optimal_selection._Side._group
-    monkeypatch.setattr(optimal_selection._Side, "_group", lambda self, *args: attempts.append(1) or group(self, *args))
     rule = OptimalSelection(draft=draft, target=target, num_drafts=4, atoms="tokens")
     pieces = [rule._piece(j) for j in range(rule.blocks.size - 1)]
+    attempts = sum(side.group_attempts for pc in pieces for side in (pc.front, pc.back))
     assert all(isinstance(pc, _PoolPiece) for pc in pieces)
     assert max(e - s for pc in pieces for side in (pc.front, pc.back) for s, e in side.group_spans()) > 50
-    assert len(attempts) < 200, len(attempts)
+    assert attempts < 200, attempts
     assert rule.acceptance() == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=4), abs=1e-12)
     assert assert_key_laws_tile(rule, 4, range(draft.size))[2] < 1e-12
 
 
-def test_slot_edges_are_accurate_even_where_ill_conditioned(monkeypatch):
+def test_slot_edges_are_accurate_even_where_ill_conditioned():
     # u^K - g u = rhs on both branches, also within 1e-7 of the minimum u* (a double root
     # there: the root moves by ~sqrt(rounding)): the residual ends at rounding level, and
     # Newton stops there (a dozen steps at most, not NEWTON_STEPS of creeping).
-    monkeypatch.setattr(optimal_selection, "NEWTON_STEPS", 12)
     rng = np.random.default_rng(5)
     for k in (3, 4, 5, 8):
         for g in (0.4, 1.0, 1.6):
@@ -197,7 +194,7 @@ def test_slot_edges_are_accurate_even_where_ill_conditioned(monkeypatch):
                               (True, near[near > u_star]), (False, near[near < u_star])]:
                 rhs = u**k - g * u
                 for chunk in (rhs, rhs[:5]):  # vectorised and scalar paths
-                    z = optimal_selection._power_root(chunk, g, k, rising, 1.5 if rising else 0.0)
+                    z = _power_root(chunk, g, k, rising, 1.5 if rising else 0.0, steps=12)
                     zl, r = z.astype(np.longdouble), chunk.astype(np.longdouble)
                     residual = np.abs(zl**k - g * zl - r)
                     assert np.all(residual <= 2e-15 * (np.abs(r) + g * zl + zl**k)), (k, g, rising)
@@ -402,18 +399,18 @@ def test_real_language_model_distributions():
 
 # --- fact 5: ratio buckets as atoms ------------------------------------------------------
 @pytest.mark.parametrize("k", [2, 3, 4])
-def test_buckets_lossless_by_enumeration_and_optimal(k, monkeypatch):
+def test_buckets_lossless_by_enumeration_and_optimal(k):
     # Ratios in tight clusters, so several tokens share a bucket (one key law, x_t ∝ p_t).
     # Exact law by enumeration, acceptance == the closed form, key laws of the right length
     # and nu-mass tiling [0, 1]; across the cases both kinds of atom occur (buckets of
     # several tokens, and tokens split out next to x = q). Fact 6 (an optimum of 1) is
     # switched off here: it has tests of its own below.
-    monkeypatch.setattr(optimal_selection._Spread, "build", classmethod(lambda cls, *args: None))
+    fact5 = FastPath(spread=False)
     rng = np.random.default_rng(40 + k)
     shared = split = 0
     for trial in range(40):
         draft, target = bucket_case(rng, vocab=6 if k < 4 else 5, zeros=trial % 4 == 0)
-        rule = OptimalSelection(draft=draft, target=target, num_drafts=k, atoms="buckets")
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k, atoms="buckets", fast=fact5)
         law, accept = output_distribution(rule)
         np.testing.assert_allclose(law, target, atol=1e-12)
         best = optimal_acceptance(draft=draft, target=target, num_drafts=k)
@@ -437,17 +434,16 @@ def test_buckets_lossless_by_enumeration_and_optimal(k, monkeypatch):
         assert rule.acceptance() == pytest.approx(0.5, abs=1e-12)
 
 
-def test_buckets_alone_are_lossless_but_the_certificate_restores_the_optimum(monkeypatch):
+def test_buckets_alone_are_lossless_but_the_certificate_restores_the_optimum():
     # Without splitting (a certificate that passes everything) the bucket rule is still a
     # tiling of the keys -- lossless -- but next to x = q it loses acceptance. Splitting
     # those buckets into tokens is what makes "buckets" optimal.
     rng = np.random.default_rng(11)
     cases = [bucket_case(rng, vocab=6) for _ in range(40)]
-    monkeypatch.setattr(optimal_selection, "CERTIFICATE_MARGIN", -1.0)  # every bucket "under" and "over"
-    monkeypatch.setattr(optimal_selection._Spread, "build", classmethod(lambda cls, *args: None))  # fact 5 only
+    unsplit = FastPath(spread=False, bucket_margin=-1.0)  # fact 5 only; every bucket "under" and "over"
     losses = []
     for draft, target in cases:
-        rule = OptimalSelection(draft=draft, target=target, num_drafts=2, atoms="buckets")
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=2, atoms="buckets", fast=unsplit)
         assert rule.atoms.token_atoms == 0
         law, accept = output_distribution(rule)
         np.testing.assert_allclose(law, target, atol=1e-12)
@@ -499,43 +495,33 @@ def test_spread_lossless_by_enumeration(k):
     assert used >= 30, used
 
 
-def test_spread_needs_each_tokens_own_share(monkeypatch):
+def test_spread_needs_each_tokens_own_share():
     # Control: let the tokens of a bucket share its law in proportion to p (as fact 5's
     # atoms do) instead of each its own l_t: keys still tile [0, 1], but x != q, and the
     # output law (which assumes x = q) is no longer q.
     rng = np.random.default_rng(62)
-    monkeypatch.setattr(optimal_selection._Spread, "own", lambda self, a, mass, target: mass * float(
-        self.piece._slot(a)[2]) / float(self.top[a + 1] - self.top[a]))
     worst = 0.0
     for _ in range(20):
         draft, target = optimum_one_case(rng, vocab=6)
         rule = OptimalSelection(draft=draft, target=target, num_drafts=3, atoms="buckets")
         if rule.atoms.spread is not None:
+            spread = rule.atoms.spread  # the broken control, on this one rule
+            spread.own = lambda a, mass, target, s=spread: mass * float(s.piece._slot(a)[2]) / float(
+                s.top[a + 1] - s.top[a])
             worst = max(worst, float(np.abs(output_distribution(rule)[0] - target).max()))
     assert worst > 1e-5
 
 
-def test_spread_expands_buckets_into_tokens(monkeypatch):
+def test_spread_expands_buckets_into_tokens():
     # A bucket whose own part is not dense enough for all its tokens is expanded into token
     # units (sorted). Force it: the first tiling reports every unit of several tokens as
     # not fitting. The rule must stay exact (enumeration) with some tokens expanded.
-    tile = optimal_selection._Spread._tile
-    calls = []
-
-    def first_says_expand(u_p, u_q, u_lo, u_hi, k):
-        built = tile(u_p, u_q, u_lo, u_hi, k)
-        calls.append(u_p.size)
-        if built is None or len(calls) > 1:
-            return built
-        return (*built[:4], np.flatnonzero(u_lo < u_hi))  # every bucket that is not one ratio
-
-    monkeypatch.setattr(optimal_selection._Spread, "_tile", staticmethod(first_says_expand))
+    expand_all = FastPath(expand_buckets="all")  # every bucket that is not one ratio
     rng = np.random.default_rng(64)
     expanded = 0
     for _ in range(30):
-        calls.clear()
         draft, target = optimum_one_case(rng, vocab=5)
-        rule = OptimalSelection(draft=draft, target=target, num_drafts=3, atoms="buckets")
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=3, atoms="buckets", fast=expand_all)
         if rule.atoms.spread is None or not rule.atoms.spread.expanded:
             continue
         expanded += 1
@@ -549,22 +535,19 @@ def test_spread_expands_buckets_into_tokens(monkeypatch):
 
 @pytest.mark.parametrize("greedy_inside", [False, True])
 @pytest.mark.parametrize("k", [2, 3, 4])
-def test_spread_tiles_nearly_tight_groups_token_by_token(k, greedy_inside, monkeypatch):
+def test_spread_tiles_nearly_tight_groups_token_by_token(k, greedy_inside):
     # Next to a nearly tight suffix, buckets of fact 6 own (almost) all their length in a
     # tiled group, so their tokens cannot share the bucket's part evenly. The group's slot
     # is then water-filled and tiled by the buckets' tokens themselves (same length and
     # nu-mass in all, so the rest of the piece stays), with slots and a pool inside it or
     # (forced) the greedy. Exact by enumeration; a control with one token's owned length
     # halved breaks it.
-    if greedy_inside:
-        build = _PoolPiece.build.__func__
-        monkeypatch.setattr(_PoolPiece, "build", classmethod(
-            lambda cls, *args, **kw: None if len(args) > 4 and args[4] > 0 else build(cls, *args, **kw)))
+    fast = FastPath(max_depth=0) if greedy_inside else FastPath()
     rng = np.random.default_rng(31 + k)
     found = []
     for _ in range(400):
         draft, target = tight_bucket_case(rng, num_drafts=k, buckets=int(rng.integers(3, 5)))
-        rule = OptimalSelection(draft=draft, target=target, num_drafts=k, atoms="buckets")
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k, atoms="buckets", fast=fast)
         if rule.atoms.spread is None or not rule.atoms.spread.local:
             continue
         found.append(rule)
@@ -573,7 +556,7 @@ def test_spread_tiles_nearly_tight_groups_token_by_token(k, greedy_inside, monke
         assert accept == pytest.approx(1.0, abs=1e-12)
         assert assert_key_laws_tile(rule, k, range(draft.size))[2] < 1e-13
         inside = {type(rule.atoms.spread._group_piece(key)) for key in rule.atoms.spread._groups}
-        assert inside == ({_Piece} if greedy_inside else {_PoolPiece}), inside
+        assert inside == ({_RunPiece} if greedy_inside else {_PoolPiece}), inside
         if len(found) == 4:
             break
     assert len(found) == 4
@@ -585,24 +568,20 @@ def test_spread_tiles_nearly_tight_groups_token_by_token(k, greedy_inside, monke
     assert np.abs(output_distribution(rule)[0] - rule.target).max() > 1e-6
 
 
-def test_spread_tries_coarser_buckets_first(monkeypatch):
+def test_spread_tries_coarser_buckets_first():
     # Fact 6 first tries 4-bit buckets (fewer units), derived from the 6-bit sums without
     # dividing again: the same sums as bucketing with 4 bits directly. If the coarse
     # buckets fail, the 6-bit ones serve (forced here), still exact.
     from mspec.synthetic import lm_like_pair
 
     draft, target = lm_like_pair(50272, seed=0, draft_temperature=1.5)
-    fine = optimal_selection._bucket_sums(target, draft, 6)
-    for got, want in zip(optimal_selection._coarser(fine, 6, 4), optimal_selection._bucket_sums(target, draft, 4)):
+    fine = _bucket_sums(target, draft, 6)
+    for got, want in zip(_coarser(fine, 6, 4), _bucket_sums(target, draft, 4)):
         np.testing.assert_allclose(got, want, rtol=1e-13)  # (masses: sums in another order)
     rule = OptimalSelection(draft=draft, target=target, num_drafts=8)
     assert rule.atoms.spread is not None and rule.atoms.masses.size < fine[1].size / 2  # the coarse units
-    build = optimal_selection._Spread.build.__func__
-    calls = []
-    monkeypatch.setattr(optimal_selection._Spread, "build", classmethod(
-        lambda cls, *args: calls.append(1) or (None if len(calls) == 1 else build(cls, *args))))
-    rule = OptimalSelection(draft=draft, target=target, num_drafts=8)
-    assert len(calls) == 2 and rule.atoms.spread is not None and rule.atoms.masses.size == fine[1].size
+    rule = OptimalSelection(draft=draft, target=target, num_drafts=8, fast=FastPath(spread_bits=(6,)))
+    assert rule.atoms.spread is not None and rule.atoms.masses.size == fine[1].size
     tokens = np.unique(np.random.default_rng(3).choice(draft.size, size=30, p=draft))
     assert_key_laws_tile(rule, 8, tokens, atol=1e-15)
 
@@ -643,28 +622,26 @@ def test_buckets_at_full_vocabulary_need_few_tokens_sorted(k):
         assert_key_laws_tile(rule, k, tokens, atol=1e-14)
 
 
-def test_split_segments_are_bucketed_again_and_stay_exact(monkeypatch):
+def test_split_segments_are_bucketed_again_and_stay_exact():
     # A split segment is bucketed again with 6 more bits per level while that certifies
     # some of it. Forcing that on small cases (no segment is too small to re-bucket) must
     # keep the exact law and the optimum; at full vocabulary, pairs whose first split is
     # large (an optimum close to, but below, 1) come out as finer buckets, not a sort.
     from mspec.synthetic import lm_like_pair
 
-    monkeypatch.setattr(optimal_selection, "SORT_BELOW", 0)
-    monkeypatch.setattr(optimal_selection._Spread, "build", classmethod(lambda cls, *args: None))  # fact 5 only
+    rebucket = FastPath(spread=False, sort_below=0)  # fact 5 only; every segment bucketed again
     rng = np.random.default_rng(17)
     for trial in range(30):
         draft, target = bucket_case(rng, vocab=6, groups=2)
         k = 2 + trial % 3
-        rule = OptimalSelection(draft=draft, target=target, num_drafts=k, atoms="buckets")
+        rule = OptimalSelection(draft=draft, target=target, num_drafts=k, atoms="buckets", fast=rebucket)
         law, accept = output_distribution(rule)
         np.testing.assert_allclose(law, target, atol=1e-12)
         assert accept == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=k), abs=1e-12)
-    monkeypatch.undo()
     for seed, temperature, k in [(1, 0.8, 8), (0, 1.0, 4)]:
         draft, target = lm_like_pair(50272, seed=seed, draft_temperature=temperature)
         rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
-        first = optimal_selection._bucket_level(target, draft, k, 0.0, optimal_selection.BUCKET_BITS)
+        first = _bucket_level(target, draft, k, 0.0, BUCKET_BITS)
         assert first[6][4].size > 20_000  # the first split covers much of the vocabulary ...
         assert rule.atoms.token_atoms < 100 and rule.atoms.bucket_atoms > 10_000  # ... finer buckets take it
         assert rule.acceptance() == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=k),
