@@ -294,7 +294,7 @@ class PairStage:
     """
 
     def __init__(self, p1: np.ndarray, p2: np.ndarray, target: np.ndarray, s: int, alphabet: int, *,
-                 later: bool = False):
+                 later: bool = False, deficit_rule: bool = True):
         self.p1, self.p2, self.target = p1, p2, target
         mass = p1 + p2
         self._rank_tokens(mass, s, alphabet)  # the LP tokens L and the priority order
@@ -303,7 +303,7 @@ class PairStage:
         best, base = self._choose_base_rule(mass, priority, later=later)
         # ... or the deficit rule, whichever gives the higher sum min(q, p_I)
         self.rule, self._switch_mass = "priority", 0.0
-        deficit = _deficit_rule(p1, p2, target)
+        deficit = _deficit_rule(p1, p2, target) if deficit_rule else None
         if deficit is not None and deficit[0] > best:
             induced = self._use_deficit_rule(*deficit[1:])
         else:
@@ -492,6 +492,9 @@ class ImportanceSampling(TwoStepScheme):
             values above V act as V.
         alphabet: ranked tokens per stage, an integer ``>= s`` (default
             ``DEFAULT_ALPHABET``); values above V act as V.
+        deficit_rule: whether a stage may switch to the deficit rule (our deviation, see
+            :class:`PairStage`) when it accepts more; ``False`` keeps the priority rule at
+            every stage.
 
     Attributes:
         stages: the ``K - 1`` :class:`PairStage` selections.
@@ -501,7 +504,7 @@ class ImportanceSampling(TwoStepScheme):
     name = "is"
 
     def __init__(self, *, draft, target, num_drafts=None, s: int = DEFAULT_LP_TOKENS,
-                 alphabet: int = DEFAULT_ALPHABET):
+                 alphabet: int = DEFAULT_ALPHABET, deficit_rule: bool = True):
         super().__init__(draft=draft, target=target, num_drafts=num_drafts)
         for arg, value in (("s", s), ("alphabet", alphabet)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
@@ -516,7 +519,8 @@ class ImportanceSampling(TwoStepScheme):
         self.stages: list[PairStage] = []
         induced = self.draft_row(0)
         for i in range(1, self.num_drafts):
-            stage = PairStage(induced, self.draft_row(i), self.target, self.s, self.alphabet, later=i > 1)
+            stage = PairStage(induced, self.draft_row(i), self.target, self.s, self.alphabet, later=i > 1,
+                              deficit_rule=bool(deficit_rule))
             self.stages.append(stage)
             induced = stage.induced
         self.induced = induced

@@ -143,7 +143,7 @@ def test_deficit_rule_by_hand():
     assert importance._deficit_rule(q, p2, q) is None  # nothing over-served: nothing to move
 
 
-def test_deficit_rule_at_later_stages(monkeypatch):
+def test_deficit_rule_at_later_stages():
     """Later stages switch from surplus to deficit tokens; p_I in closed form equals the sum
     over all draft pairs (LP pairs included), the law is exact, and acceptance only gains."""
     rng = np.random.default_rng(46)
@@ -152,11 +152,9 @@ def test_deficit_rule_at_later_stages(monkeypatch):
     assert "deficit" in [stage.rule for stage in rule.stages]
     for stage in rule.stages:
         np.testing.assert_allclose(stage.induced, dense_induced(stage), atol=1e-15)
-    monkeypatch.setattr(importance, "_deficit_rule", lambda *args: None)  # the priority rule only
-    without = ImportanceSampling(draft=draft, target=target, num_drafts=6, s=4, alphabet=10)
+    without = ImportanceSampling(draft=draft, target=target, num_drafts=6, s=4, alphabet=10, deficit_rule=False)
     assert {stage.rule for stage in without.stages} == {"priority"}
     assert rule.acceptance() > without.acceptance() + 1e-3
-    monkeypatch.undo()
     # exact law by enumeration on small cases where some stage uses the deficit rule
     seen = 0
     for _ in range(200):
@@ -234,3 +232,14 @@ def test_lossless_hypothesis(case, s, extra):
     rule = ImportanceSampling(draft=draft, target=target, num_drafts=k, s=s, alphabet=alphabet)
     assert_exact_law(rule, target, atol=1e-12)
     assert rule.acceptance() <= brute_force_acceptance(draft=draft, target=target, num_drafts=k) + 1e-12
+
+
+def test_priority_rule_only_is_exact_too():
+    # deficit_rule=False keeps the priority rule at every stage: still the exact law.
+    rng = np.random.default_rng(47)
+    for _ in range(30):
+        vocab = int(rng.integers(3, 6))
+        draft, target = random_case(rng, vocab=vocab, num_drafts=3, identical=True)
+        rule = ImportanceSampling(draft=draft, target=target, num_drafts=3, s=2, alphabet=vocab, deficit_rule=False)
+        assert {stage.rule for stage in rule.stages} == {"priority"}
+        assert_exact_law(rule, target, atol=1e-12)
