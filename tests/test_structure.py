@@ -42,9 +42,6 @@ SKIPPED_DIRS = {"_build", ".git", "__pycache__", ".ipynb_checkpoints"}
 # check is expected to fail; pytest reports XPASS once it passes: then delete the entry.
 #: files with functions over the limit -> what removes the entry
 PENDING_LONG_FUNCTIONS = {
-    "mspec/decoding.py": "split speculative_generate, expected_round_tokens",
-    "mspec/models.py": "split load_pair, early_exit_model, _load_opt",
-    "mspec/optimal_selection.py": "split certify, build, buckets, _shell_run, _lex_pieces, ...",
 }
 #: files that speak of how the work was assigned -> what removes the entry
 PENDING_WORDING: dict = {}

@@ -41,17 +41,15 @@ and the goals are printed without being judged.
 **A cheaper draft step.** On a large GPU a decoding step of a model as small as OPT-125m
 is expected to be bound by kernel launches (a dozen layers of small kernels), not by
 arithmetic or memory: then its time hardly grows from K = 1 to K = 8 rows, which the last
-line of the goals block shows (draft step at the largest K over the smallest). What cuts a
-launch-bound step is capturing it once as a CUDA graph (``torch.compile(draft,
-mode="reduce-overhead")`` over a ``StaticCache``). mspec does not do it, and has no option
-for it: its draft cache changes batch size and length every round (expand to K rows, keep
-one, crop), which a static cache would have to copy into fixed buffers, with one graph per
-K -- not something a CPU test can show to be exact. A reader who wants it can draft with a
-fixed K and a ``StaticCache`` of ``max_cache_len`` tokens (transformers'
-``generate(..., cache_implementation="static")`` and its ``compile_config`` show the
-mechanics), and check that the decoder stays exact with ``tests/test_decoding_lossless.py``.
-The decoder's generator already lives on the draft model's device (an int seed creates it
-there), so sampling a drafted token costs no copy to the host.
+lines of the goals block show (draft step at the largest K over the smallest). What
+transformers offers against it is a ``StaticCache`` and a decoding step compiled with CUDA
+graphs; mspec's decoder uses both with ``speculative_generate(..., draft_cache="static",
+compile_draft=True)`` (:mod:`mspec.decoding`; the output law is unchanged). So mspec is timed
+twice at each K: with the default dynamic draft cache and with the static one, compiled on a
+GPU (:data:`STATIC_DRAFT`; its warm-up run compiles) and uncompiled in the dry run (compiling
+needs CUDA). The split table has one row per K and draft cache, and goals (a) and (b) are
+judged for both. The decoder's generator lives on the draft model's device (an int seed
+creates it there), so sampling a drafted token costs no copy to the host.
 """
 
 from __future__ import annotations
@@ -82,6 +80,11 @@ GPU_RUN = {"max_new_tokens": 128, "prompt_length": 64, "repeats": 2}
 DRY_RUN = {"max_new_tokens": 12, "prompt_length": 8, "repeats": 1}
 #: tokens of each method's warm-up generation (CUDA kernels, cuBLAS workspaces, allocator pools)
 WARMUP_TOKENS = 4
+#: the second way mspec is timed: ``speculative_generate`` arguments and the label of its rows,
+#: on a GPU (static draft cache, steps compiled with CUDA graphs) and in the dry run (compiling
+#: needs CUDA: the static cache alone)
+STATIC_DRAFT = {"gpu": ({"draft_cache": "static", "compile_draft": True}, "static+graphs"),
+                "dry": ({"draft_cache": "static"}, "static")}
 #: the two tiny models of the dry run (OPTConfig overrides of the opt-125m / opt-1.3b shapes)
 DRY_RUN_SHAPES = {
     "draft": dict(vocab_size=512, hidden_size=32, word_embed_proj_dim=32, num_hidden_layers=2,
@@ -271,6 +274,8 @@ def _fits(name: str, device) -> tuple[bool, str]:
     return False, (f"its float16 weights and the draft's need {need / 1e9:.1f} GB, over {GPU_WEIGHT_BUDGET:.0%} "
                    f"of the GPU's {free / 1e9:.1f} GB free (mspec.models.choose_opt_target("
                    f"{total}) picks a target that fits)")
+
+
 # -- measurements ----------------------------------------------------------------------------------
 def _sync() -> None:
     import torch
@@ -319,15 +324,23 @@ def _hf_generate(target_model, prompt, max_new: int, seed: int, *, assistant=Non
 
 
 def measure(draft_model, target_model, prompt, s: dict) -> dict:
-    """Time every method on ``prompt``: returns token rates and mspec's per-round split per K."""
+    """Time every method on ``prompt``.
+
+    Returns:
+        ``rates``: method -> tokens per second; ``t_ar``: seconds per token of autoregressive
+        decoding; ``split``: row label (``"K=2"``, ``"K=2 static"``, ...) -> the round split of
+        :func:`_round_split` with ``"k"`` added, for each K with the dynamic draft cache, then
+        with :data:`STATIC_DRAFT` (a K whose static run failed is left out, with the reason
+        printed); ``hf_assisted_label``: the rate key of HF assisted generation.
+    """
     from ..decoding import autoregressive_generate, speculative_generate
 
     big_l, n_new, seed = s["draft_length"], s["max_new_tokens"], s["seed"]
 
-    def mspec_run(k, max_new, run_seed):
+    def mspec_run(k, max_new, run_seed, **draft_cache):
         return speculative_generate(prompt, draft_model=draft_model, target_model=target_model,
                                     scheme="single" if k == 1 else s["scheme"], num_drafts=k, draft_length=big_l,
-                                    max_new_tokens=max_new, generator=run_seed)
+                                    max_new_tokens=max_new, generator=run_seed, **draft_cache)
 
     def ar_run(max_new, run_seed):
         return autoregressive_generate(prompt, target_model=target_model, max_new_tokens=max_new, generator=run_seed)
@@ -339,21 +352,35 @@ def measure(draft_model, target_model, prompt, s: dict) -> dict:
     for k in s["drafts_k"]:
         mspec_run(k, 2 * big_l, seed)  # two rounds at least
 
-    out = {"rates": {}, "split": {}}
+    out = {"rates": {}, "split": {}, "hf_assisted_label": f"HF assisted (1 draft, L={big_l})"}
     ar = [ar_run(n_new, seed + r) for r in range(s["repeats"])]
     ar_tokens = sum(len(x.token_ids) for x in ar)
     out["rates"]["autoregressive (mspec)"] = ar_tokens / sum(x.wall_time for x in ar)
     out["t_ar"] = sum(x.wall_time - x.prefill_time for x in ar) / ar_tokens  # seconds per decoded token
-    for label, assistant in (("HF sampling (no draft)", None), (f"HF assisted (1 draft, L={big_l})", draft_model)):
+    for label, assistant in (("HF sampling (no draft)", None), (out["hf_assisted_label"], draft_model)):
         runs = [_hf_generate(target_model, prompt, n_new, seed + r, assistant=assistant, draft_length=big_l)
                 for r in range(s["repeats"])]
         out["rates"][label] = sum(n for n, _ in runs) / sum(t for _, t in runs)
-    out["hf_assisted_label"] = f"HF assisted (1 draft, L={big_l})"
     for k in s["drafts_k"]:
-        runs = [mspec_run(k, n_new, seed + r) for r in range(s["repeats"])]
-        out["split"][k] = _round_split(runs, big_l)
-        out["rates"][_mspec_label(k, s)] = sum(len(x.token_ids) for x in runs) / sum(x.wall_time for x in runs)
+        _time_mspec(out, k, "", [mspec_run(k, n_new, seed + r) for r in range(s["repeats"])], s)
+    draft_cache, variant = STATIC_DRAFT["dry" if s["dry"] else "gpu"]
+    for k in s["drafts_k"]:
+        try:
+            mspec_run(k, 2 * big_l, seed, **draft_cache)  # warm-up; on a GPU the first call compiles
+            runs = [mspec_run(k, n_new, seed + r, **draft_cache) for r in range(s["repeats"])]
+        except (RuntimeError, ValueError) as error:  # e.g. a compiler missing on this machine
+            print(f"mspec K={k} with the {variant} draft cache: skipped, {error}")
+            continue
+        _time_mspec(out, k, variant, runs, s)
     return out
+
+
+def _time_mspec(out: dict, k: int, variant: str, runs, s: dict) -> None:
+    """Enter mspec's generations ``runs`` at K = ``k`` with draft cache ``variant`` (``""``:
+    the default) into ``out``'s round splits and token rates."""
+    row = f"K={k}" + (f" {variant}" if variant else "")
+    out["split"][row] = dict(_round_split(runs, s["draft_length"]), k=k)
+    out["rates"][_mspec_label(k, s, variant)] = sum(len(x.token_ids) for x in runs) / sum(x.wall_time for x in runs)
 
 
 def _round_split(runs, draft_length: int) -> dict:
@@ -372,8 +399,9 @@ def _round_split(runs, draft_length: int) -> dict:
     return parts
 
 
-def _mspec_label(k: int, s: dict) -> str:
-    return f"mspec K={k} ({'single' if k == 1 else s['scheme']})"
+def _mspec_label(k: int, s: dict, variant: str = "") -> str:
+    scheme = "single" if k == 1 else s["scheme"]
+    return f"mspec K={k} ({scheme}" + (f", {variant} draft cache)" if variant else ")")
 
 
 def projected_speedup(block_efficiency: float, t_ar: float, split: dict, draft_length: int) -> float:
@@ -382,7 +410,6 @@ def projected_speedup(block_efficiency: float, t_ar: float, split: dict, draft_l
 
 
 # -- report ----------------------------------------------------------------------------------------
-# -- report ----------------------------------------------------------------------------------------
 def _ms(seconds: float) -> str:
     return f"{1e3 * seconds:.2f}"
 
@@ -390,15 +417,19 @@ def _ms(seconds: float) -> str:
 def _report(label: str, m: dict, s: dict) -> None:
     """Print the time split, the token rates, the projected speed-ups and the goals."""
     big_l = s["draft_length"]
-    body = [[f"K={k}", str(t["rounds"]), f"{t['block_efficiency']:.2f}", _ms(t["draft"]), _ms(t["target"]),
+    body = [[row, str(t["rounds"]), f"{t['block_efficiency']:.2f}", _ms(t["draft"]), _ms(t["target"]),
              _ms(t["selection"]), _ms(t["cache"]), _ms(t["other"]), _ms(t["draft_step"]), _ms(t["overhead"]),
-             _ms(t["round"])] for k, t in m["split"].items()]
+             _ms(t["round"])] for row, t in m["split"].items()]
+    variant = STATIC_DRAFT["dry" if s["dry"] else "gpu"][1]
     print_block(
         f"{label}: where a round's time goes (mean per round, mspec, L = {big_l})",
         format_table(["K", "rounds", "BE", "draft ms", "target ms", "selection ms", "cache ms", "other ms",
                       "draft step ms", "overhead ms", "round ms"], body),
         [f"draft = {big_l} K-row draft steps with sampling (draft step = draft / {big_l}); target = one K-row pass "
          f"over {big_l} + 1 positions; overhead = selection + cache + other (the decoder's non-model time)",
+         f"K=k: the draft's dynamic KV cache; K=k {variant}: " + (
+             "a static draft cache, uncompiled (compiling needs CUDA)" if s["dry"] else
+             "a static draft cache, decoding steps compiled with CUDA graphs"),
          "BE = block efficiency, tokens per target call" + (" (meaningless with random weights)"
                                                             if s["dry"] or "random" in label else "")])
     base = m["rates"]["autoregressive (mspec)"]
@@ -411,20 +442,20 @@ def _report(label: str, m: dict, s: dict) -> None:
 
 
 def _print_projections(label: str, m: dict, big_l: int) -> dict:
-    """The projected speed-up at each K and paper block efficiency; returns
-    ``(scheme, K) -> (block efficiency, speed-up)``."""
+    """The projected speed-up for each row of the split at the paper's block efficiencies;
+    returns ``(scheme, row) -> (block efficiency, speed-up)``."""
     body, projections = [], {}
-    for k, t in m["split"].items():
+    for row, t in m["split"].items():
         cells = []
         for scheme in PROJECTED_SCHEMES:
-            be = paper.paper_value(paper.TABLE1_BLOCK_EFFICIENCY, scheme, k)
+            be = paper.paper_value(paper.TABLE1_BLOCK_EFFICIENCY, scheme, t["k"])
             if be is None:
                 cells.append("-")
                 continue
             x = projected_speedup(be[0], m["t_ar"], t, big_l)
-            projections[(scheme, k)] = (be[0], x)
+            projections[(scheme, row)] = (be[0], x)
             cells.append(f"{x:.2f}x (BE {be[0]:.2f})")
-        body.append([f"K={k}", _ms(big_l * t["draft_step"] + t["target"] + t["overhead"]), *cells])
+        body.append([row, _ms(big_l * t["draft_step"] + t["target"] + t["overhead"]), *cells])
     print_block(
         f"{label}: projected speed-up over autoregressive sampling at the paper's block efficiency",
         format_table(["K", "L*draft step + target + overhead ms", *PROJECTED_SCHEMES], body),
@@ -435,25 +466,35 @@ def _print_projections(label: str, m: dict, big_l: int) -> dict:
 
 def _print_goals(label: str, m: dict, s: dict, projections: dict) -> None:
     """Goals (a)-(c), judged on a GPU only, and how a draft step's cost grows with K."""
-    big_l, k1, checks = s["draft_length"], m["split"].get(1), []
-    if k1 is not None:
-        mine, theirs = m["rates"][_mspec_label(1, s)], m["rates"][m["hf_assisted_label"]]
-        checks.append((mine >= theirs, f"(a) mspec K=1 at least as fast per token as HF assisted generation: "
-                                       f"{mine:.1f} vs {theirs:.1f} tokens/s"))
-        share = big_l * k1["draft_step"] / k1["target"]
-        checks.append((share < DRAFT_SHARE_GOAL, f"(b) {big_l} draft steps under {DRAFT_SHARE_GOAL:.0%} of one target "
-                                                 f"pass (K=1): {big_l} x {_ms(k1['draft_step'])} ms = {share:.0%} of "
-                                                 f"{_ms(k1['target'])} ms"))
-    for (scheme, k), (be, x) in projections.items():
+    variant = STATIC_DRAFT["dry" if s["dry"] else "gpu"][1]
+    checks = _k1_checks(m, s, "") + _k1_checks(m, s, variant)
+    for (scheme, row), (be, x) in projections.items():
         if scheme == s["scheme"]:
             checks.append((x > SPEEDUP_GOAL, f"(c) projected speed-up above {SPEEDUP_GOAL}x at the paper's block "
-                                             f"efficiency, {scheme} K={k} (BE {be:.2f}): {x:.2f}x"))
+                                             f"efficiency, {scheme} {row} (BE {be:.2f}): {x:.2f}x"))
     lines = [f"dry run, not judged: {text}" if s["dry"] else f"{'PASS' if ok else 'FAIL'} {text}"
              for ok, text in checks]
-    if len(m["split"]) > 1:
-        ks = sorted(m["split"])
-        growth = m["split"][ks[-1]]["draft_step"] / m["split"][ks[0]]["draft_step"]
-        lines.append(f"a draft step at K={ks[-1]} costs {growth:.1f}x one at K={ks[0]}"
-                     + ("; near 1x means launch-bound: see this module's docstring for CUDA graphs"
-                        if growth < LAUNCH_BOUND_GROWTH and not s["dry"] else ""))
+    for suffix in ("", f" {variant}"):
+        rows = {t["k"]: t for row, t in m["split"].items() if row == f"K={t['k']}{suffix}"}
+        if len(rows) > 1:
+            ks = sorted(rows)
+            growth = rows[ks[-1]]["draft_step"] / rows[ks[0]]["draft_step"]
+            lines.append(f"a draft step at K={ks[-1]}{suffix} costs {growth:.1f}x one at K={ks[0]}{suffix}"
+                         + ("; near 1x means launch-bound: see this module's docstring for CUDA graphs"
+                            if growth < LAUNCH_BOUND_GROWTH and not s["dry"] else ""))
     print_block(f"{label}: goals (judged on a GPU only)", "\n".join(lines))
+
+
+def _k1_checks(m: dict, s: dict, variant: str) -> list[tuple[bool, str]]:
+    """Goals (a) and (b) at K = 1 with draft cache ``variant`` (``""``: the default), if it ran."""
+    k1 = m["split"].get("K=1" + (f" {variant}" if variant else ""))
+    if k1 is None:
+        return []
+    big_l, where = s["draft_length"], f", {variant} draft cache" if variant else ""
+    mine, theirs = m["rates"][_mspec_label(1, s, variant)], m["rates"][m["hf_assisted_label"]]
+    share = big_l * k1["draft_step"] / k1["target"]
+    return [(mine >= theirs, f"(a) mspec K=1{where} at least as fast per token as HF assisted generation: "
+                             f"{mine:.1f} vs {theirs:.1f} tokens/s"),
+            (share < DRAFT_SHARE_GOAL, f"(b) {big_l} draft steps under {DRAFT_SHARE_GOAL:.0%} of one target pass "
+                                       f"(K=1{where}): {big_l} x {_ms(k1['draft_step'])} ms = {share:.0%} of "
+                                       f"{_ms(k1['target'])} ms")]
