@@ -35,6 +35,6 @@ means, each part certified before use with the reference as its exact fallback:
 
 from .induced import lex_optimal_induced
 from .options import FastPath
-from .scheme import ATOMS, TILINGS, OptimalSelection
+from .scheme import OptimalSelection
 
 __all__ = ["FastPath", "OptimalSelection", "lex_optimal_induced"]

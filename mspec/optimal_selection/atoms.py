@@ -8,7 +8,16 @@ import math
 
 import numpy as np
 
-from .buckets import BUCKET_BITS, MAX_BUCKET_BITS, _bucket_level, _bucket_sums, _coarser, _may_be_one, _splice, _split_segment
+from .buckets import (
+    BUCKET_BITS,
+    MAX_BUCKET_BITS,
+    _bucket_level,
+    _bucket_sums,
+    _coarser,
+    _may_be_one,
+    _splice,
+    _split_segment,
+)
 from .induced import lex_optimal_induced
 from .options import DEFAULT
 from .spread import _Spread
@@ -111,7 +120,7 @@ class _Atoms:
     def _split_buckets(cls, sums, qm, pm, k, main, vocab, fast):
         """Fact 5: the bucket problem, with the pieces its certificate cannot pass split
         into tokens (``main``: the tokens counted, ``None`` for all of them)."""
-        masses, x, blocks, top, desc, atom_of_bucket, uncertified, bounds = _bucket_level(
+        masses, x, blocks, top, desc, atom_of_bucket, uncertified, _ = _bucket_level(
             qm, pm, k, 0.0, BUCKET_BITS, sums=sums, margin=fast.bucket_margin)
         n_buckets = masses.size
         split_pos = split_atoms = None  # positions (ascending) and atoms of the split tokens

@@ -34,8 +34,6 @@ import math
 
 import numpy as np
 
-from ..selection import SchemeError
-
 #: most safeguarded-Newton steps for a window position
 NEWTON_STEPS = 80
 

@@ -435,7 +435,7 @@ class _PoolPiece:
                     defect += (1.0 - own / (hi - lo)) * nu_slot
                 tiled = self._group_tiling(i)
                 if tiled is not None:
-                    own_all, held_all, _ = side.tiled[first]
+                    _, held_all, _ = side.tiled[first]
                     held = float(held_all[tiled[1]])
                 else:
                     held = own / (hi - lo) * nu_slot
@@ -527,7 +527,7 @@ class _Side:
         return _concave_root(edges, self.want[rows], *self.refine, self.g)
 
     @staticmethod
-    def solve_all(front: "_Side", back: "_Side") -> None:
+    def solve_all(front: _Side, back: _Side) -> None:
         """Every edge of both sides, in one Newton iteration (one call's overhead, not two)."""
         if front.size + back.size <= 16:
             for side in (front, back):
@@ -690,6 +690,6 @@ class _Side:
     def pair(self, i: int) -> tuple[float, float]:
         """``(edges[i], edges[i + 1])`` as floats, solving them if missing."""
         lo, hi = float(self.edges[i]), float(self.edges[i + 1])
-        if lo != lo or hi != hi:  # (NaN: not solved yet)
+        if math.isnan(lo) or math.isnan(hi):  # (not solved yet)
             lo, hi = map(float, self.edge(np.array([i, i + 1])))
         return lo, hi

@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..selection import SchemeError, SelectionScheme, residual_and_mass, sample_index
+from ..selection import SelectionScheme, residual_and_mass, sample_index
 from .atoms import _Atoms
-from .greedy import CERTIFY_TOLERANCE, _certify_greedy, _Piece
+from .greedy import CERTIFY_TOLERANCE, _Piece
 from .options import DEFAULT, REFERENCE, FastPath
-from .pool import ALL_EDGES_BELOW, _PoolPiece
+from .pieces import certified_pool_piece, certify_atom_before_use
+from .pool import _PoolPiece
 from .runs import _RunPiece
 
 #: how pieces are realised: "pool" (slots and a shared pool, vectorised; the greedy where
@@ -114,7 +115,7 @@ class OptimalSelection(SelectionScheme):
         if atoms not in ATOMS:
             raise ValueError(f"atoms must be one of {ATOMS}, got {atoms!r}")
         if not isinstance(fast, FastPath):
-            raise ValueError(f"fast must be a mspec.optimal_selection.FastPath, got {type(fast).__name__}")
+            raise TypeError(f"fast must be a mspec.optimal_selection.FastPath, got {type(fast).__name__}")
         self.tiling, self.fast = tiling, fast
         self.certify_tolerance = float(certify_tolerance)
         self.fallbacks: list[str] = []
@@ -151,7 +152,7 @@ class OptimalSelection(SelectionScheme):
         self._residual_cache = None
 
     @classmethod
-    def reference(cls, *, draft, target, num_drafts=None) -> "OptimalSelection":
+    def reference(cls, *, draft, target, num_drafts=None) -> OptimalSelection:
         """The reference construction, the one to read: every token its own atom (the sort
         of fact 1), each piece tiled by the greedy, token by token (fact 3). The same output
         law and acceptance as the default fast path; the tests use it as the fast path's
@@ -205,43 +206,24 @@ class OptimalSelection(SelectionScheme):
         return float(self.induced[token])
 
     # --- key sets --------------------------------------------------------------------
-    def _piece(self, j: int):
-        if j not in self._pieces:
-            a, b = self.blocks[j], self.blocks[j + 1]
-            args = (self.atoms.masses[a:b], self.atoms.x[a:b], self.top[a], self.num_drafts)
-            # (one Newton iteration for every edge beats two for the suspects, up to a size)
-            piece = _PoolPiece.build(*args, all_edges=b - a <= ALL_EDGES_BELOW) if self.tiling == "pool" else None
-            why = None
-            if piece is not None:  # (its tiled groups' pieces are certified as they are built)
-                piece.notes, piece.tolerance, piece.max_depth = self.fallbacks, self.certify_tolerance, self.fast.max_depth
-                piece.lazy = not (piece.front.solved and piece.back.solved)  # (then: atom by atom)
-                if piece.lazy:
-                    piece.checked = set()
-                    why = piece.certify_ends(self.certify_tolerance)
-                else:
-                    why = piece.certify(*args[:2], tolerance=self.certify_tolerance)
-            self._pieces[j] = piece if piece is not None else (_RunPiece if self.fast.shell_runs else _Piece)(*args)
-            if why is not None:
-                self._greedy_instead(j, why)
-        return self._pieces[j]
-
-    def _greedy_instead(self, j: int, why: str) -> None:
-        """Piece ``j`` failed its certificate (``why``): the greedy tiling instead, checked in
-        full, and recorded; a :class:`SchemeError` if even that fails."""
+    def _piece_args(self, j: int):
+        """``(masses, x, start, K)`` of piece ``j``: its atoms and where its keys start."""
         a, b = self.blocks[j], self.blocks[j + 1]
-        args = (self.atoms.masses[a:b], self.atoms.x[a:b], self.top[a], self.num_drafts)
-        self.fallbacks.append(f"piece {j} ({b - a} atoms): slots and pool -> greedy: {why}")
-        self._pieces[j] = _RunPiece(*args)
-        failed = _certify_greedy(self._pieces[j], *args[:2])
-        if failed is not None:
-            raise SchemeError(self._bug(
-                f"key laws it could not certify (piece {j}: {why}; the greedy fallback: {failed}); "
-                "atoms='tokens', tiling='greedy' may serve this pair"))
+        return self.atoms.masses[a:b], self.atoms.x[a:b], self.top[a], self.num_drafts
+
+    def _piece(self, j: int):
+        """The key laws of piece ``j``, built at first use: the greedy tiling (fact 3), or
+        on the fast path slots and a pool, certified, with the greedy as the fallback."""
+        if j not in self._pieces:
+            if self.tiling == "pool":
+                self._pieces[j] = certified_pool_piece(self, j)
+            else:
+                self._pieces[j] = (_RunPiece if self.fast.shell_runs else _Piece)(*self._piece_args(j))
+        return self._pieces[j]
 
     def _locate(self, token: int, check: bool = True):
         """``(piece, local atom, atom)`` of a ranked token, else ``None``. With ``check`` the
-        piece is built, and in a piece built lazily the atom is certified (or the piece
-        replaced by the greedy) before its key law is used."""
+        piece is built and the atom's key law certified before it is used."""
         a = self.atoms.atom_of(token)
         if a < 0:
             return None
@@ -251,13 +233,7 @@ class OptimalSelection(SelectionScheme):
             j = int(np.searchsorted(self.blocks, a, side="right")) - 1
             i = int(a - self.blocks[j])
         if check:
-            piece = self._piece(j)
-            if piece.__class__ is _PoolPiece and piece.lazy and i not in piece.checked:
-                why = piece.certify_atom(i, float(self.atoms.masses[a]), float(self.atoms.x[a]), self.certify_tolerance)
-                if why is None:
-                    piece.checked.add(i)
-                else:
-                    self._greedy_instead(j, f"atom {i}: {why}")
+            certify_atom_before_use(self, j, i, a)
         return j, i, a
 
     def key_fragments(self, token: int) -> list[tuple[float, float, float]]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from .buckets import CERTIFICATE_MARGIN
-from .pool import MAX_DEPTH, SLOT_TOLERANCE, _PoolPiece, _certify_piece
+from .pool import MAX_DEPTH, SLOT_TOLERANCE, _certify_piece, _PoolPiece
 
 #: fact 6 checks at most this many buckets token by token where the bucket bound is too loose
 SPREAD_EXACT_BUCKETS = 4
@@ -94,8 +94,10 @@ class _Spread:
                 bad = np.flatnonzero(u_lo < u_hi)
             local = None
             if bad.size:  # in tiled groups: tile those groups token by token, in place
-                def unit_tokens(units, atom_of_unit=_inverse(unit_of_atom, u_p.size),
-                                token_of_unit={v: t for t, v in expanded.items()}):
+                atom_of_unit = _inverse(unit_of_atom, u_p.size)
+                token_of_unit = {v: t for t, v in expanded.items()}
+
+                def unit_tokens(units, atom_of_unit=atom_of_unit, token_of_unit=token_of_unit):
                     atoms = atom_of_unit[units]
                     tokens.fetch(atoms[atoms >= 0])  # (one pass over the vocabulary)
                     return [tokens.of(int(a)) if a >= 0 else np.array([token_of_unit[int(u)]])
