@@ -79,6 +79,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from .block_verification import block_verify
 from .distributions import distribution_from_logits
 from .selection import sample_index
 from .single import SingleDraft
@@ -97,6 +98,10 @@ __all__ = [
 #: text and changes batch size each round (``"dynamic"``), or is one fixed K-row buffer for
 #: the whole call (``"static"``, transformers' ``StaticCache``; see the module docstring)
 DRAFT_CACHES = ("dynamic", "static")
+#: how a round is verified: position by position with the scheme (``"token"``), or the
+#: drafted block jointly (``"block"``: block verification, one draft; see
+#: :mod:`mspec.block_verification`)
+VERIFICATIONS = ("token", "block")
 #: a static draft cache holds a multiple of this many positions (at least what the call
 #: needs), so calls of similar length share one buffer shape and a compiled draft step is
 #: not recompiled for every prompt length (transformers' ``generate`` keeps the longest
@@ -383,7 +388,7 @@ class _Settings:
     eos: frozenset[int]
 
 
-# long: the docstring documents each of the 19 arguments; the body is a few calls
+# long: the docstring documents each of the 20 arguments; the body is a few calls
 def speculative_generate(
     prompt_ids,
     *,
@@ -402,6 +407,7 @@ def speculative_generate(
     scheme_params: dict | None = None,
     draft_cache: str = "dynamic",
     compile_draft: bool = False,
+    verify: str = "token",
     tokenizer=None,
     on_round=None,
 ) -> GenerationResult:
@@ -440,6 +446,10 @@ def speculative_generate(
         compile_draft: with ``draft_cache="static"`` and the draft on a CUDA GPU, run the
             draft's decoding steps compiled with CUDA graphs (``torch.compile``, mode
             ``"reduce-overhead"``; the first calls compile, later ones replay).
+        verify: one of :data:`VERIFICATIONS`: ``"token"`` (the default: ``scheme`` position by
+            position) or ``"block"`` (block verification of Sun et al., ICLR 2025: the drafted
+            block verified jointly; exactly lossless, the most tokens per round for one draft;
+            needs ``num_drafts=1``; ``scheme`` is then unused).
         tokenizer: optional; decodes the output into ``GenerationResult.text``.
         on_round: optional ``on_round(drafted, draft_probs, target_probs)``, called after
             each round's target pass with the round's drafted ids ``(K, L)``, draft
@@ -450,20 +460,21 @@ def speculative_generate(
         :class:`GenerationResult` with the generated ids and per-round records.
 
     Raises:
-        ValueError: bad K, L, prompt, temperature, vocabularies, scheme name or draft cache
-            (``compile_draft`` without a static cache or a CUDA draft).
+        ValueError: bad K, L, prompt, temperature, vocabularies, scheme name, draft cache
+            (``compile_draft`` without a static cache or a CUDA draft) or ``verify``.
     """
     settings = _check_settings(
         prompt_ids, draft_model, target_model, scheme=scheme, num_drafts=num_drafts, draft_length=draft_length,
         draft_temperatures=draft_temperatures, target_temperature=target_temperature, top_k=top_k, top_p=top_p,
         max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, scheme_params=scheme_params, tokenizer=tokenizer)
+    _check_verify(verify, settings.num_drafts)
     cached_draft = _cached_draft_model(draft_model, settings, draft_cache, compile_draft)
     gen = _check_generator(generator, _model_device(draft_model))
     # the scheme's numpy Generator is seeded from `gen`, so one seed fixes the whole run
     rng = np.random.default_rng(int(torch.randint(0, NUMPY_SEED_BOUND, (1,), generator=gen, device=gen.device)))
     devices = _cuda_devices(draft_model, target_model)  # every clock reading waits for all of them
     start = _clock(devices)
-    decoder = _Decoder(cached_draft, _CachedModel(target_model), settings, gen, rng, on_round, devices)
+    decoder = _Decoder(cached_draft, _CachedModel(target_model), settings, gen, rng, on_round, devices, verify)
     with torch.inference_mode():
         seq, rounds, prefill_time = decoder.generate(start)
     return _result(seq[len(settings.prompt) :], rounds, scheme, settings.num_drafts, settings.draft_length, start,
@@ -534,10 +545,13 @@ class _Decoder:
     """The rounds of one :func:`speculative_generate` call, after its arguments are checked."""
 
     def __init__(self, draft_model: _CachedModel, target_model: _CachedModel, settings: _Settings,
-                 gen: torch.Generator, rng: np.random.Generator, on_round, devices):
+                 gen: torch.Generator, rng: np.random.Generator, on_round, devices, verify: str = "token"):
         self.draft_model, self.target_model = draft_model, target_model
         self.settings, self.gen, self.on_round, self.devices = settings, gen, on_round, devices
-        self.select = _Selector(settings.scheme, settings.params, settings.temps, rng)
+        if verify == "block":
+            self.select = _BlockSelector(rng)
+        else:
+            self.select = _Selector(settings.scheme, settings.params, settings.temps, rng)
 
     def generate(self, start: float) -> tuple[list[int], list[RoundRecord], float]:
         """Prefill, then run rounds until EOS or ``max_new_tokens``.
@@ -700,6 +714,29 @@ class _Selector:
         # all L accepted: a bonus token from q after the full draft
         out.append(sample_index(target_probs[alive[0], big_l].cpu().numpy(), self.rng))
         return out, big_l, alive, alive_counts
+
+
+class _BlockSelector:
+    """Block verification of the one drafted block of a round (:mod:`mspec.block_verification`)."""
+
+    def __init__(self, rng):
+        self.rng = rng
+
+    def __call__(self, drafted, draft_probs, target_probs):
+        """As :meth:`_Selector.__call__`, for K = 1."""
+        block = drafted[0].cpu().numpy()
+        kept, token = block_verify(block, draft_probs[0].double().cpu().numpy(),
+                                   target_probs[0].double().cpu().numpy(), self.rng)
+        out = [int(t) for t in block[:kept]] + [token]
+        return out, kept, [0], [1] * min(kept + 1, block.size)
+
+
+def _check_verify(verify, num_drafts: int) -> None:
+    if verify not in VERIFICATIONS:
+        raise ValueError(f"`verify` must be one of {VERIFICATIONS}, got {verify!r}")
+    if verify == "block" and num_drafts != 1:
+        raise ValueError(f"verify='block' verifies one drafted block: pass num_drafts=1 (got {num_drafts}), "
+                         "or verify='token' for K drafts")
 
 
 def position_scheme(scheme: str, params: dict, draft_rows, target_rows, temps, alive: list[int]):

@@ -104,6 +104,9 @@ def configurations():
     configs.append(("specinfer", dict(num_drafts=2, target_temperature=0.8, top_k=5, top_p=0.9)))
     if "is" in registry.SCHEMES:  # truncated LP and alphabet, three drafts: scheme_params reach the scheme
         configs.append(("is", dict(num_drafts=3, scheme_params=dict(s=2, alphabet=4))))
+    # block verification (one draft, the block verified jointly), also with top-k / top-p
+    configs.append(("single", dict(num_drafts=1, verify="block")))
+    configs.append(("single", dict(num_drafts=1, verify="block", target_temperature=0.8, top_k=5, top_p=0.9)))
     return configs
 
 
@@ -137,3 +140,13 @@ def test_broken_scheme_fails(models, monkeypatch):
     draft_model, target_model = models
     monkeypatch.setitem(registry.SCHEMES, "no_residual", NoResidual)
     assert sequence_pvalue(draft_model, target_model, "no_residual", num_drafts=2) < ALPHA
+
+
+def test_block_verification_errors_name_the_fix(models):
+    draft_model, target_model = models
+    with pytest.raises(ValueError, match="pass num_drafts=1"):
+        speculative_generate(PROMPT, draft_model=draft_model, target_model=target_model, num_drafts=2, verify="block",
+                             max_new_tokens=3)
+    with pytest.raises(ValueError, match="`verify` must be one of"):
+        speculative_generate(PROMPT, draft_model=draft_model, target_model=target_model, verify="tree",
+                             max_new_tokens=3)
