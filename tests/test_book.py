@@ -1,9 +1,29 @@
 """Browser test of the built book: every chapter page in headless Chromium, offline.
 
-Serves ``_build/html`` on 127.0.0.1 and checks, for each page in ``_toc.yml``: math is
-rendered by the locally served MathJax (``mjx-container`` elements, no raw ``$...$``
-errors), every plotly figure is drawn, moving a slider under a figure changes the figure's
-data, and the browser logged no errors (a missing local asset or a CDN request would).
+Serves ``_build/html`` on 127.0.0.1 and checks, for each page in ``_toc.yml``, that it renders
+and reads right:
+
+* math is typeset by the locally served MathJax (``mjx-container``, no ``mjx-merror``), and
+  (a) no ``$``, ``\\(`` or ``\\[`` is left in the visible text outside code blocks and
+  typeset math (math that failed to render), figure labels included;
+* (b) no display equation is clipped: its container does not scroll (``scrollWidth >
+  clientWidth``) or cut it off (``scrollHeight > clientHeight``), and it does not stick out
+  of the text column;
+* (c) no code block, input or output (``pre``), and no output table is wider than its
+  column: no text out of sight (text reaching into the block's right padding is allowed);
+* every plotly figure is drawn and (d) moving each slider changes its figure's data;
+* the browser logged no errors (a missing local asset or a CDN request would).
+
+Without a browser: (c') every line of every notebook code cell is at most ``MAX_CODE_LINE``
+(88) characters, the most a code block shows without scrolling at a window width of 1280 px
+(``WINDOW``; code at 12 px, ``book/_static/mspec.css``), and (e) every
+page's prose -- the words of its markdown (notebook markdown cells, or the ``.md`` file),
+not counting code, math, HTML tags or link targets -- stays within ``WORD_BUDGET`` words
+(about 4,000: the test fails above 4,200). ``python tests/test_book.py`` prints the counts.
+
+Each check is a small function of data the page reports (``PROBE``); the functions are tested
+on crafted input, and the whole chain on a real page into which a raw ``$x$``, a too wide
+equation and a too wide code block are injected (``test_checks_catch_crafted_problems``).
 Screenshots go to ``_build/screenshots/``.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` and PyPI's ``selenium``. If
@@ -17,6 +37,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +55,13 @@ SHOTS = ROOT / "_build" / "screenshots"
 BUILD_CMD = ["jupyter-book", "build", ".", "-W", "-n", "--keep-going"]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+# A 1280 px window (a common laptop): with code at 12 px (book/_static/mspec.css, 7.2 px a
+# character) an 88-character line fits the text column, reaching into the block's padding.
+WINDOW = (1280, 1400)
+MAX_CODE_LINE = 88
+TOLERANCE_PX = 3  # sub-pixel rounding and MathJax's 1-2 px overhangs
+WORD_BUDGET, WORD_LIMIT = 4000, 4200
 
 
 def toc_pages() -> list[str]:
@@ -55,6 +83,156 @@ def toc_pages() -> list[str]:
 
 
 PAGES = toc_pages()
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+# ---------------------------------------------------------------------------------------
+# the checks, as functions of what a page reports (tested on crafted input below)
+
+RAW_MATH = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]")
+
+
+def raw_math(texts: list[str]) -> list[str]:
+    """Visible text (outside code and typeset math) that still holds a TeX delimiter."""
+    return [" ".join(t.split())[:120] for t in texts if RAW_MATH.search(t)]
+
+
+def clipped_equations(displays: list[dict], tol: float = TOLERANCE_PX) -> list[str]:
+    """Display equations that scroll in their container or stick out of the text column.
+
+    Each item: ``tex``, ``scroll``/``client`` and ``vscroll``/``vclient`` (the container's
+    scrollWidth/clientWidth and scrollHeight/clientHeight: MathJax's containers scroll
+    sideways and cut off what is taller), ``left``/``right`` (the typeset formula's box) and
+    ``col_left``/``col_right`` (the column's).
+    """
+    bad = []
+    for d in displays:
+        why = []
+        if d["scroll"] > d["client"] + tol:
+            why.append(f"scrolls: {d['scroll']} px wide in {d['client']} px")
+        if d["vscroll"] > d["vclient"] + tol:
+            why.append(f"cut off: {d['vscroll']} px high in {d['vclient']} px")
+        if d["right"] > d["col_right"] + tol or d["left"] < d["col_left"] - tol:
+            why.append(f"sticks out of the column ({d['left']:.0f}..{d['right']:.0f} px,"
+                       f" column {d['col_left']:.0f}..{d['col_right']:.0f} px)")
+        if why:
+            bad.append(f"{' '.join(d['tex'].split())[:100]!r}: {'; '.join(why)}")
+    return bad
+
+
+def wide_blocks(blocks: list[dict], tol: float = TOLERANCE_PX) -> list[str]:
+    """Code blocks / output tables wider than their column: some text is out of sight.
+
+    Each item: ``kind`` (input, output, table), ``scroll``/``client`` (scrollWidth and
+    clientWidth), ``pad`` (its right padding, which scrollWidth counts: text that reaches
+    into it is still in sight), ``right``/``col_right`` (its and the column's right edge),
+    ``col_width`` and ``line`` (its longest line).
+    """
+    bad = []
+    for b in blocks:
+        if b["scroll"] - b["pad"] > b["client"] + tol or b["right"] > b["col_right"] + tol:
+            bad.append(f"{b['kind']} {b['scroll']} px wide in {min(b['client'], b['col_width'])} px:"
+                       f" {b['line'][:100]!r}")
+    return bad
+
+
+def long_code_lines(source: str, limit: int = MAX_CODE_LINE) -> list[str]:
+    """Lines of a code cell longer than ``limit`` characters."""
+    return [f"{len(line)} chars: {line.strip()[:70]!r}" for line in source.split("\n") if len(line) > limit]
+
+
+_FENCE = re.compile(r"^(`{3,}|~{3,}).*?^\1\s*$", re.MULTILINE | re.DOTALL)
+_PROSE_DROP = [
+    re.compile(r"<!--.*?-->", re.DOTALL),
+    re.compile(r"\$\$.*?\$\$", re.DOTALL),
+    re.compile(r"\\begin\{(\w+\*?)\}.*?\\end\{\1\}", re.DOTALL),
+    re.compile(r"(?<!\\)\$[^$]+?(?<!\\)\$", re.DOTALL),
+    re.compile(r"(`+).+?\1", re.DOTALL),
+    re.compile(r"!\[[^\]]*\]\([^)]*\)"),   # images
+    re.compile(r"\]\([^)]*\)"),            # link targets (the link text stays)
+    re.compile(r"<[^>]+>"),                # HTML tags (their text stays)
+]
+_WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")
+
+
+def prose_words(markdown: str) -> int:
+    """Words of markdown prose: fenced code, inline code, math, HTML tags and link targets
+    are dropped; a word is a run of letters/digits (inner apostrophes and hyphens join)."""
+    text = _FENCE.sub(" ", markdown)
+    for pattern in _PROSE_DROP:
+        text = pattern.sub(" ", text)
+    return len(_WORD.findall(text))
+
+
+def page_markdown(page: str) -> str:
+    """The markdown of a toc page: a notebook's markdown cells, or the .md file."""
+    nb = ROOT / f"{page}.ipynb"
+    if nb.is_file():
+        cells = json.loads(nb.read_text())["cells"]
+        return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    return (ROOT / f"{page}.md").read_text()
+
+
+def word_counts() -> dict[str, int]:
+    return {page: prose_words(page_markdown(page)) for page in PAGES}
+
+
+# ---------------------------------------------------------------------------------------
+# without a browser
+
+
+def test_prose_word_budget():
+    counts = word_counts()
+    print(f"\nprose words per page (budget ~{WORD_BUDGET:,}, limit {WORD_LIMIT:,}):")
+    for page, n in counts.items():
+        print(f"  {n:6,d}  {page}")
+    over = {p: n for p, n in counts.items() if n > WORD_LIMIT}
+    assert not over, f"pages over {WORD_LIMIT:,} words of prose (split or shorten them): {over}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_code_lines_fit_the_column(path):
+    problems = []
+    for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+        if cell["cell_type"] == "code":
+            problems += [f"cell {i}: {p}" for p in long_code_lines("".join(cell["source"]))]
+    assert not problems, (f"{path.name}: code lines over {MAX_CODE_LINE} characters scroll on the"
+                          " website; wrap them:\n" + "\n".join(problems))
+
+
+def test_checks_fail_on_crafted_input():
+    assert raw_math(["We have $x$ here", "plain text", r"as \(a\) and \[b\]", "costs 5"]) == [
+        "We have $x$ here", r"as \(a\) and \[b\]"]
+    assert raw_math(["no math left", "p(x) = 0.5"]) == []
+
+    col = dict(col_left=100.0, col_right=900.0)
+    fine = dict(tex="x", scroll=800, client=800, vscroll=40, vclient=40, left=120.0, right=880.0,
+                **col)
+    assert clipped_equations([fine, dict(fine, scroll=802, vscroll=42)]) == []
+    assert len(clipped_equations([dict(fine, scroll=1200)])) == 1
+    assert "cut off" in clipped_equations([dict(fine, vscroll=60)])[0]
+    assert "sticks out" in clipped_equations([dict(fine, right=950.0)])[0]
+    assert "sticks out" in clipped_equations([dict(fine, left=40.0)])[0]
+
+    block = dict(kind="input", scroll=700, client=700, pad=16, right=880.0, col_right=900.0,
+                 col_width=800, line="x = 1")
+    assert wide_blocks([block, dict(block, scroll=702), dict(block, scroll=718)]) == []
+    assert len(wide_blocks([dict(block, scroll=720)])) == 1
+    assert "input 900 px" in wide_blocks([dict(block, scroll=900)])[0]
+    assert len(wide_blocks([dict(block, kind="table", right=1000.0)])) == 1
+
+    assert long_code_lines("x = 1\n" + "y" * 88) == []
+    assert long_code_lines("x = 1\n" + "y" * 89) == [f"89 chars: {'y' * 70!r}"]
+
+    assert prose_words("Two words.") == 2
+    assert prose_words("One $x + y = z$ two `code here` three [four](http://a.b/c d) five") == 5
+    assert prose_words("A\n\n$$\n\\sum_i x_i\n$$\n\n```python\nprint(1)\n```\n\nB") == 2
+    assert prose_words('<div class="admonition tip">\n\nIt\'s well-known\n\n</div>') == 2
+    assert prose_words("\\begin{align} a &= b \\end{align} end <!-- a comment -->") == 1
+
+
+# ---------------------------------------------------------------------------------------
+# in the browser
 
 
 def build_book() -> None:
@@ -102,7 +280,7 @@ def browser():
     for flag in (
         "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1280,1400",
+        "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size={},{}".format(*WINDOW),
     ):
         opts.add_argument(flag)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -139,20 +317,68 @@ def _figure_data(driver, index):
     )
 
 
+def _load(driver, url):
+    driver.get(url)
+    _wait(driver, "return window.MathJax && MathJax.startup && MathJax.startup.promise &&"
+                  " (MathJax.startup.promise.then(() => window.__mj_done = true), window.__mj_done)",
+          what="MathJax to finish")
+
+
+# What a page reports for checks (a)-(c). Text: every text node outside code blocks, inline
+# code, kbd and typeset math (mjx-container, with its hidden MathML), figure labels (SVG)
+# included; only nodes holding a "$" or a backslash come back.
+PROBE = r"""
+const column = document.querySelector('article.bd-article') || document.querySelector('main');
+const col = column.getBoundingClientRect();
+const texts = [];
+const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+for (let n; (n = walker.nextNode());) {
+  const el = n.parentElement;
+  const skip = 'pre, code, kbd, samp, script, style, textarea, noscript, mjx-container, .highlight';
+  if (!el || el.closest(skip)) continue;
+  if (/[$\\]/.test(n.data)) texts.push(n.data);
+}
+const tex = new Map();
+for (const item of (MathJax.startup.document.math || [])) {
+  if (item.typesetRoot) tex.set(item.typesetRoot, item.math);
+}
+const displays = [...document.querySelectorAll('mjx-container[display="true"]')].map(m => {
+  const box = (m.querySelector('mjx-math') || m).getBoundingClientRect();
+  return {tex: tex.get(m) || m.textContent, scroll: m.scrollWidth, client: m.clientWidth,
+          vscroll: m.scrollHeight, vclient: m.clientHeight,
+          left: box.left, right: box.right, col_left: col.left, col_right: col.right};
+});
+const blocks = [...column.querySelectorAll('pre, .cell_output table')].map(b => {
+  const lines = b.textContent.split('\n');  // innerText is empty in a folded <details>
+  return {kind: b.tagName === 'TABLE' ? 'table' : (b.closest('.cell_output') ? 'output' : 'input'),
+          scroll: b.scrollWidth, client: b.clientWidth,
+          pad: parseFloat(getComputedStyle(b).paddingRight), right: b.getBoundingClientRect().right,
+          col_right: col.right, col_width: Math.round(col.width),
+          line: lines.reduce((a, l) => (l.length > a.length ? l : a), '')};
+});
+return {texts, displays, blocks};
+"""
+
+
+def readability_problems(driver) -> list[str]:
+    report = driver.execute_script(PROBE)
+    problems = [f"raw TeX in the text: \"{t}\"" for t in raw_math(report["texts"])]
+    problems += [f"clipped equation {e}" for e in clipped_equations(report["displays"])]
+    problems += [f"too wide: {b}" for b in wide_blocks(report["blocks"])]
+    return problems
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_page_renders_offline(site, browser, page):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
     browser.get_log("browser")  # drop entries from earlier pages
-    browser.get(f"{site}/{page}.html")
+    _load(browser, f"{site}/{page}.html")
     name = page.replace("/", "__")
 
     # math: MathJax (served from _static) typeset every formula
     assert "_static/mathjax/tex-chtml.js" in browser.page_source, "MathJax is not served locally"
-    _wait(browser, "return window.MathJax && MathJax.startup && MathJax.startup.promise &&"
-                   " (MathJax.startup.promise.then(() => window.__mj_done = true), window.__mj_done)",
-          what="MathJax to finish")
     n_math = browser.execute_script("return document.querySelectorAll('mjx-container').length")
     n_source = browser.execute_script(
         "return document.querySelectorAll('.math, span.math, div.math').length")
@@ -188,8 +414,46 @@ def test_page_renders_offline(site, browser, page):
     else:
         assert not page.startswith("notebooks/"), "a notebook chapter without plotly figures"
 
+    # readability: no raw TeX, no clipped equation, no code block wider than the column
+    problems = readability_problems(browser)
+    assert not problems, f"{page} does not read right:\n" + "\n".join(problems)
+
     browser.execute_script("window.scrollTo(0, 0)")
     _shot(browser, name)
 
     severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not severe, "browser console errors:\n" + json.dumps(severe, indent=1)
+
+
+# a raw formula in a paragraph, a display equation and a code line twice the column's width
+INJECT = r"""
+const column = document.querySelector('article.bd-article');
+const math = document.createElement('div');
+math.className = 'math notranslate nohighlight';
+math.textContent = '\\[' + Array(60).fill('a_{1} + b_{2}').join(' + ') + '\\]';
+column.prepend(math);
+return MathJax.typesetPromise([math]).then(() => {
+  const div = document.createElement('div');  // added after typesetting: left as it is
+  div.innerHTML = '<p>A formula that failed: $x + y$ and \\(z\\).</p>'
+    + '<div class="highlight"><pre>' + 'x = 1; '.repeat(40) + '</pre></div>';
+  column.prepend(div);
+  return true;
+});
+"""
+
+
+def test_checks_catch_crafted_problems(site, browser):
+    _load(browser, f"{site}/{PAGES[0]}.html")
+    assert readability_problems(browser) == []
+    browser.execute_script(INJECT)
+    problems = readability_problems(browser)
+    assert len(problems) == 3, problems
+    raw, eq, code = problems
+    assert raw.startswith("raw TeX") and "$x + y$" in raw and "\\(z\\)" in raw
+    assert eq.startswith("clipped equation") and "a_{1} + b_{2}" in eq
+    assert code.startswith("too wide: input") and "x = 1;" in code
+
+
+if __name__ == "__main__":  # print the word counts
+    for page, n in word_counts().items():
+        print(f"{n:6,d}  {page}")
