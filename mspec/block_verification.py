@@ -92,9 +92,16 @@ def block_verify(drafted, draft_probs, target_probs, rng: np.random.Generator) -
     raise AssertionError("unreachable: the empty prefix always stands")
 
 
-def expected_block_tokens(drafted, draft_probs, target_probs) -> float:
+def expected_block_tokens(drafted, draft_probs, target_probs, *, eos_token_id=None) -> float:
     """Exact expected number of tokens block verification emits for one drafted block (the
     kept prefix and one more token), with the round's randomness averaged out; arguments as
-    for :func:`block_verification_law`. Scores a round as
-    :func:`mspec.decoding.expected_round_tokens` does for the per-position schemes."""
-    return sum((kept + 1) * mass for (kept, _), mass in block_verification_law(drafted, draft_probs, target_probs).items())
+    for :func:`block_verification_law`. An end-of-sequence token (``eos_token_id``: an id or
+    ids) ends the count, as in :func:`mspec.decoding.expected_round_tokens`, which scores a
+    round of the per-position schemes the same way."""
+    eos = set() if eos_token_id is None else set(np.atleast_1d(eos_token_id).tolist())
+    drafted = np.asarray(drafted, dtype=np.int64)
+    first_eos = next((i for i, t in enumerate(drafted.tolist()) if t in eos), drafted.size)
+    total = 0.0
+    for (kept, token), mass in block_verification_law(drafted, draft_probs, target_probs).items():
+        total += mass * (first_eos + 1 if kept > first_eos else kept + 1)
+    return total
