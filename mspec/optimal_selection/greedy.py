@@ -4,15 +4,10 @@ reference realisation of ``x``, and the exact fallback of the fast path.
 Notation (paper): K i.i.d. drafts from ``p`` (``draft``), target ``q`` (``target``),
 ``g(m) = 1 - (1 - m)^K`` and ``f(A) = g(p(A))`` = P(some draft lies in A).
 
-**2. Selection by random keys.** Give each draft a random *key* in ``[0, 1]`` and select
-the draft with the smallest key. If the key of a draft of token ``t`` is uniform on a set
-``M_t`` of length ``p_t``, and the sets ``M_t`` tile ``[0, 1]``, every key is uniform on
-``[0, 1]`` and token ``t`` is selected with probability
-
-    x(t) = integral over M_t of  K (1 - y)^(K-1) dy  =  nu(M_t),
-
-the ``nu``-measure of ``M_t`` (``nu`` has distribution function ``g``). So realising
-``x`` is a tiling problem: find sets ``M_t`` with length ``p_t`` and ``nu``-mass ``x_t``.
+Fact 2 (:mod:`mspec.optimal_selection.scheme`): if the key of a draft of token ``t`` is
+uniform on a set ``M_t`` of length ``p_t`` and the sets tile ``[0, 1]``, the smallest key
+selects ``t`` with probability ``nu(M_t)``, so realising ``x`` is a tiling problem: sets
+``M_t`` of length ``p_t`` and ``nu``-mass ``x_t``.
 
 **3. The tiling, piece by piece, greedily.** Pieces of the minorant are tight
 (``x(prefix) = f(prefix)`` at their ends), so piece ``j`` gets its own interval
