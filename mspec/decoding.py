@@ -86,6 +86,7 @@ from .single import SingleDraft
 
 __all__ = [
     "DRAFT_CACHES",
+    "VERIFICATIONS",
     "GenerationResult",
     "RoundRecord",
     "autoregressive_generate",

@@ -58,7 +58,8 @@ def stored(folder, names=SWEEP_FILES) -> dict:
 
 # -- the command line ----------------------------------------------------------------------------
 def test_every_command_is_listed(capsys):
-    assert set(COMMANDS) == {"token-level", "optimal", "gpu", "experiments", "acceptance", "decoding", "rounds"}
+    assert set(COMMANDS) == {"token-level", "optimal", "gpu", "experiments", "acceptance", "decoding", "rounds",
+                             "paper-run"}
     with pytest.raises(SystemExit) as stop:
         main(["--help"])
     assert stop.value.code == 0
@@ -182,6 +183,15 @@ def test_decoding_command_one_experiment(tmp_path, capsys):
     assert "Drafts alive per position" in out
 
 
+def test_rounds_command_without_variants(tmp_path, capsys):
+    argv = ["rounds", *COMMON, "--out", str(tmp_path), "--gen-prompts", "1", "--max-new-tokens", "6",
+            "--drafts-k", "2", "--draft-length", "2", "--variants"]
+    assert main(argv) == 0
+    methods = {json.loads(r["key"])["method"] for r in csv_rows(tmp_path / "rounds.csv")}
+    assert methods == {"single", *paper.COMPARED_SCHEMES}
+    assert "optimal-tokens" not in capsys.readouterr().out
+
+
 def test_rounds_command(tmp_path, capsys):
     """Every scheme's expected tokens on the same reference rounds; a rerun recomputes nothing."""
     argv = ["rounds", *COMMON, "--out", str(tmp_path), "--gen-prompts", "1", "--max-new-tokens", "8",
@@ -200,7 +210,8 @@ def test_rounds_command(tmp_path, capsys):
 
 def test_options_left_out_keep_the_settings_defaults():
     """The command line and the settings classes agree: no option repeats a default."""
-    from mspec.bench.commands import ACCEPTANCE_DESTS, DECODING_DESTS, ROUNDS_DESTS, _settings
+    from mspec.bench.commands import ACCEPTANCE_DESTS, DECODING_DESTS, PAPER_RUN_DESTS, ROUNDS_DESTS, _settings
+    from mspec.experiments.paper_run import PaperRunSettings
 
     class Args:  # what argparse gives when no option was passed
         quick = False
@@ -214,6 +225,9 @@ def test_options_left_out_keep_the_settings_defaults():
     for cls, dests in ((AcceptanceSettings, ACCEPTANCE_DESTS), (DecodingSettings, DECODING_DESTS),
                        (RoundsSettings, ROUNDS_DESTS)):
         assert set(dests) == {f.name for f in dataclasses.fields(cls)}, cls  # every setting has an option
+    # paper-run: the defaults are the committed run; its options change some of them
+    assert _settings(PaperRunSettings, Args(), PAPER_RUN_DESTS) == PaperRunSettings()
+    assert set(PAPER_RUN_DESTS) <= {f.name for f in dataclasses.fields(PaperRunSettings)}
 
 
 # -- the plain functions (what the notebooks call) -------------------------------------------------
@@ -422,3 +436,139 @@ def test_timer_and_synthetic_pairs():
     np.testing.assert_array_equal(target, distribution_from_logits(logits))
     np.testing.assert_array_equal(draft, distribution_from_logits(logits, temperature=1.5))
     assert OPT_VOCAB_SIZE == 50272
+
+
+# -- the committed results of the reproducing-the-paper chapter ----------------------------------
+PAPER_RUN_TINY = ["paper-run", "--preset", "tiny", "--quick", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory):
+    """The results document of ``paper-run`` on the tiny pair, quick settings (seconds)."""
+    folder = tmp_path_factory.mktemp("paper-run")
+    assert main([*PAPER_RUN_TINY, "--out", str(folder / "out"), "--work", str(folder / "work")]) == 0
+    return folder
+
+
+def test_paper_run_command_writes_a_file_the_loader_reads(tiny_results, tiny_pair, capsys):
+    from mspec.experiments.paper_run import (REGIMES, SCHEMA, TABLES, PaperRunSettings, check_results,
+                                             choose_temperature, load_results, print_summary, record, records)
+
+    doc = load_results(tiny_results / "out")  # a folder or the file; raises when inconsistent
+    assert doc == load_results(tiny_results / "out" / "paper_run.json")
+    assert doc["schema"] == SCHEMA and check_results(doc) == []
+    prov = doc["provenance"]
+    assert prov["preset"] == "tiny" and "tiny random-weight OPT pair" in prov["model_pair"]
+    assert prov["command"].startswith("python -m mspec.bench paper-run --preset tiny") and "--quick" in prov["command"]
+    assert prov["mspec_version"] and len(prov["source_sha256"]) == 64 and prov["wall_time_s"] > 0
+    assert prov["torch_threads"] == 1 and prov["date"] >= prov["started"]
+    assert doc["settings"] == json.loads(json.dumps(dataclasses.asdict(PaperRunSettings.quick())))
+    assert all(doc[t] for t in TABLES)
+
+    # the paper regime is the sweep's temperature closest to the paper's optimal acceptance
+    sweep = {r["draft_temperature"]: r["mean"] for r in records(doc, "sweep", scheme="optimal")}
+    assert set(sweep) == set(PaperRunSettings.QUICK["sweep_temperatures"])
+    chosen = doc["regimes"]["paper"]["draft_temperature"]
+    assert chosen == choose_temperature(sweep, paper.TABLE3_ACCEPTANCE["xsum"]["optimal"][2])
+    assert record(doc, "table3", regime="paper", dataset="xsum", scheme="optimal", K=2)["mean"] == sweep[chosen]
+
+    # every table is complete: each regime, dataset, scheme and K
+    for regime in REGIMES:
+        for dataset in DATASETS_ALL:
+            assert len(records(doc, "table3", regime=regime, dataset=dataset)) == 1 + 3 * len(paper.COMPARED_SCHEMES)
+            assert len(records(doc, "truncation", regime=regime, dataset=dataset)) == 6 + 2  # IS settings + 2
+        assert {r["top_k"] for r in records(doc, "topk", regime=regime)} == {None, 5, 10}
+        assert {(r["scheme"], r["K"]) for r in records(doc, "rounds", regime=regime)} == {
+            ("single", 1), *((s, k) for s in paper.COMPARED_SCHEMES for k in (2, 4, 8))}
+    with pytest.raises(KeyError):
+        record(doc, "table3", scheme="optimal")  # several match
+    print_summary(doc)  # what the command printed
+    out = capsys.readouterr().out
+    assert "Table 3, paper regime" in out and "Block efficiency, default regime" in out
+
+
+DATASETS_ALL = ("xsum", "dolly", "wmt")
+
+
+def test_paper_run_check_values_are_recomputable(tiny_results, tiny_pair):
+    """The file's check values are what the code computes again (what the chapter shows)."""
+    from mspec.experiments.inputs import derived_seed, load_dataset_prompts
+    from mspec.experiments.paper_run import load_results
+
+    doc = load_results(tiny_results / "out")
+    check, s = doc["check"], doc["settings"]
+    prompt = load_dataset_prompts(tiny_pair, check["dataset"], 1, max_chars=s["max_chars"])[0]
+    assert prompt.tag == check["prompt"] == doc["prompts"][check["dataset"]][0]
+    for entry in check["values"]:
+        draft, target, _ = acceptance.collect_distributions(
+            tiny_pair, prompt.ids, positions=check["positions"], draft_temperature=entry["draft_temperature"],
+            target_temperature=s["target_temperature"], seed=derived_seed(s["seed"], prompt.tag))
+        again = [acceptance.token_acceptance(entry["scheme"], draft=draft[j], target=target[j], num_drafts=entry["K"],
+                                             params={"s": s["is_s"], "alphabet": s["is_alphabet"]}
+                                             if entry["scheme"] == "is" else None)
+                 for j in range(len(entry["acceptance"]))]
+        np.testing.assert_allclose(again, entry["acceptance"], atol=1e-9)
+
+
+def test_check_results_finds_what_is_wrong(tiny_results):
+    """Each kind of inconsistency is reported (the check can fail)."""
+    import copy
+
+    from mspec.experiments.paper_run import check_results, load_results, record
+
+    good = load_results(tiny_results / "out")
+
+    def broken(change):
+        doc = copy.deepcopy(good)
+        change(doc)
+        return check_results(doc)
+
+    def lower_optimal(doc):
+        record(doc, "table3", regime="default", dataset="dolly", scheme="optimal", K=4)["mean"] -= 0.5
+
+    def big_rounds_deficit(doc):
+        r = record(doc, "rounds_differences", regime="default", b="spectr", K=2)
+        r.update(mean=-1.0, se=0.01, generations=40)
+
+    cases = {
+        "schema": lambda doc: doc.update(schema="mspec-paper-run/0"),
+        "provenance lacks 'model_pair'": lambda doc: doc["provenance"].pop("model_pair"),
+        "wall_time_s": lambda doc: doc["provenance"].update(wall_time_s=0),
+        "tables missing": lambda doc: doc.update(topk=[]),
+        "negative s.e.": lambda doc: doc["table3"][0].update(se=-0.1),
+        "above the optimum": lower_optimal,
+        "outside [0, 1]": lambda doc: doc["sweep"][0].update(mean=1.5),
+        "not the difference of the means": lambda doc: doc["table3_differences"][0].update(
+            mean=doc["table3_differences"][0]["mean"] + 0.01),
+        "by more than 3 s.e.": big_rounds_deficit,
+        "not the sweep's choice": lambda doc: doc["regimes"]["paper"].update(draft_temperature=9.0),
+        "tokens per round outside": lambda doc: doc["rounds"][0].update(mean=0.5),
+    }
+    for what, change in cases.items():
+        problems = broken(change)
+        assert any(what in p for p in problems), (what, problems)
+
+
+def test_committed_results_are_consistent():
+    """The committed run: the documented command on the offline default, whole and consistent."""
+    from mspec.experiments.paper_run import DEFAULT_RESULTS, PaperRunSettings, default_results_path, load_results
+
+    path = default_results_path()
+    assert path == ROOT / DEFAULT_RESULTS and path.is_file(), "run: python -m mspec.bench paper-run (see README)"
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(path)], cwd=ROOT, check=False)
+    assert ignored.returncode == 1, f"{DEFAULT_RESULTS} is gitignored: it must be committed"
+    doc = load_results()  # raises on any inconsistency (check_results)
+    prov = doc["provenance"]
+    assert prov["preset"] == "smollm2" and "SmolLM2-135M" in prov["model_pair"]
+    assert prov["command"] == ("python -m mspec.bench paper-run --preset smollm2 --out results/offline_default "
+                               "--threads 1 --data-source local")
+    assert prov["torch_threads"] == 1 and "data_source='local'" in prov["data"]
+    assert 0 < prov["wall_time_s"] < 45 * 60  # the run is sized for 45 minutes on a 2-core machine
+    settings = dataclasses.asdict(PaperRunSettings(data_source="local"))
+    assert doc["settings"] == json.loads(json.dumps(settings)), "the committed file ran other settings"
+    generations = {r["regime"]: r["generations"] for r in doc["rounds"]}
+    assert generations == {"default": settings["rounds_prompts"] * settings["rounds_seeds"],
+                           "paper": settings["paper_rounds_prompts"] * settings["rounds_seeds"]}
+    rows = sum(generations[r["regime"]] for r in doc["rounds"])  # one row per generation and method
+    assert doc["rows"]["rounds_rows_computed"] == rows, "rows were read back from an older run"
+    assert path.stat().st_size < 500_000

@@ -263,11 +263,14 @@ def _rounds_arguments(parser) -> None:
     group.add_argument("--drafts-k", type=int, nargs="+", default=None, help=f"K values (default {_words(d.drafts_k)})")
     group.add_argument("--reference", default=None, choices=paper.COMPARED_SCHEMES,
                        help=f"scheme that drives the reference generations (default {d.reference})")
+    group.add_argument("--variants", nargs="*", default=None, choices=list(rounds.VARIANTS),
+                       help=f"variants scored besides the compared schemes (default {_words(d.variants)}; "
+                            "the option alone: none)")
 
 
 ROUNDS_DESTS = {**{k: v for k, v in COMMON_DESTS.items() if k != "datasets"}, "prompts": "gen_prompts",
                 **{name: name for name in ("main_dataset", "seeds", "max_new_tokens", "draft_length", "drafts_k",
-                                           "reference")}}
+                                           "reference", "variants")}}
 
 
 def _sweep(args, compute, report) -> int:
@@ -332,6 +335,83 @@ def _experiments(args) -> int:
                   lambda run: report_suite(run, args.out))
 
 
+#: where ``paper-run`` writes by default: the committed results of the offline default
+PAPER_RUN_OUT = "results/offline_default"
+
+
+def _paper_run_arguments(parser) -> None:
+    from ..experiments import paper_run as pr
+    from ..models import DEFAULT_PRESET, PRESETS
+
+    d, q = pr.PaperRunSettings, pr.QUICK
+    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=PRESETS,
+                        help=f"model pair (mspec.models.load_pair; default {DEFAULT_PRESET!r}, offline)")
+    parser.add_argument("--out", default=PAPER_RUN_OUT,
+                        help=f"folder of the results file paper_run.json (default {PAPER_RUN_OUT}/, committed)")
+    parser.add_argument("--work", default=f"{DEFAULT_OUT}/paper-run",
+                        help="folder of the rounds' resumable CSV rows (default %(default)s/; gitignored)")
+    parser.add_argument("--quick", action="store_true", help="small settings: a minute or two on a CPU")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (torch.set_num_threads); the committed run used 1")
+    parser.add_argument("--data-source", default=None, choices=DATA_SOURCES,
+                        help="where prompts come from (default auto; the committed run: local)")
+    parser.add_argument("--datasets", nargs="+", default=None, choices=DATASETS,
+                        help=f"datasets (default {_words(DATASETS)})")
+    parser.add_argument("--draft-temperature", type=float, default=None,
+                        help=f"the default regime's draft temperature (default {d.draft_temperature})")
+    parser.add_argument("--seed", type=int, default=None, help=f"base seed (default {d.seed})")
+    for option, field, what in (
+            ("--prompts", "prompts", "prompts per dataset, token level"),
+            ("--positions", "positions", "positions per prompt, token level"),
+            ("--max-chars", "max_chars", "XSum documents are cut to this many characters"),
+            ("--rounds-prompts", "rounds_prompts", "prompts of the block efficiency, default regime"),
+            ("--paper-rounds-prompts", "paper_rounds_prompts", "prompts of the block efficiency, paper regime"),
+            ("--rounds-seeds", "rounds_seeds", "seeds per prompt of the block efficiency"),
+            ("--rounds-max-new-tokens", "rounds_max_new_tokens", "tokens per reference generation")):
+        parser.add_argument(option, type=int, default=None,
+                            help=_quick_help(what, getattr(d, field), q.get(field, getattr(d, field))))
+    parser.add_argument("--sweep-temperatures", type=float, nargs="+", default=None,
+                        help=_quick_help("draft temperatures of the sweep", d.sweep_temperatures,
+                                         q["sweep_temperatures"]))
+
+
+PAPER_RUN_DESTS = {name: name for name in (
+    "datasets", "draft_temperature", "data_source", "seed", "prompts", "positions", "max_chars", "rounds_prompts",
+    "paper_rounds_prompts", "rounds_seeds", "rounds_max_new_tokens", "sweep_temperatures")}
+
+
+def _paper_run_command(args) -> str:
+    """The command line that reproduces ``args`` (the options that were given)."""
+    parts = ["python -m mspec.bench paper-run", f"--preset {args.preset}", f"--out {args.out}"]
+    if args.quick:
+        parts.append("--quick")
+    if args.threads is not None:
+        parts.append(f"--threads {args.threads}")
+    for dest in PAPER_RUN_DESTS:
+        value = getattr(args, dest)
+        if value is not None:
+            parts.append(f"--{dest.replace('_', '-')} " + (_words(tuple(value)) if isinstance(value, list)
+                                                            else str(value)))
+    return " ".join(parts)
+
+
+def _paper_run(args) -> int:
+    from ..experiments import paper_run as pr
+
+    if args.threads is not None:  # the command owns its process, so this is its own setting
+        import torch
+
+        torch.set_num_threads(args.threads)
+    settings = _settings(pr.PaperRunSettings, args, PAPER_RUN_DESTS)
+    doc = pr.paper_run(args.preset, settings, out=args.out, work=args.work, command=_paper_run_command(args),
+                       progress=True)
+    pr.print_summary(doc)
+    problems = pr.check_results(doc)
+    for problem in problems:
+        print(f"INCONSISTENT: {problem}")
+    return 1 if problems else 0
+
+
 def _with_common(add_arguments):
     def add(parser):
         _common_arguments(parser)
@@ -363,4 +443,7 @@ COMMANDS = {
                         _with_common(_decoding_arguments), _decoding, MODELS + PROGRESS, _figures_and_metrics),
     "rounds": Command("paired block efficiency: every scheme's expected tokens on the same rounds",
                       _rounds_arguments, _rounds, MODELS + PROGRESS, _figures_and_metrics),
+    "paper-run": Command("the numbers of the reproducing-the-paper chapter, into one results file "
+                         "(results/offline_default/paper_run.json)", _paper_run_arguments, _paper_run,
+                         MODELS + PROGRESS),
 }

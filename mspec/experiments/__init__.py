@@ -16,6 +16,11 @@ row is appended to a CSV file as soon as it is computed, and a rerun resumes.
   rounds; command ``rounds``.
 * :mod:`~mspec.experiments.suite`: acceptance, then live decoding, and the performance
   goals; command ``experiments``.
+* :mod:`~mspec.experiments.paper_run`: the numbers of the reproducing-the-paper chapter
+  (Table 3 in two draft-temperature regimes, the temperature sweep that picks the paper's
+  regime, Tables 4 and 2 at the token level, paired block efficiency) with their
+  provenance, in one committed file (``results/offline_default/paper_run.json``) that the
+  chapter reads with ``load_results``; command ``paper-run``.
 * Shared: :mod:`~mspec.experiments.paper` (the paper's published numbers),
   :mod:`~mspec.experiments.inputs` (datasets, prompts as token ids, seeds),
   :mod:`~mspec.experiments.report` (text tables, the pair's label, JSON and HTML files),

@@ -45,6 +45,7 @@ from .report import ORDERING_NOTE, fmt, format_table, pair_label, print_block, w
 from .results import ResultTable, RowBudget, mean_se
 
 __all__ = ["AcceptanceRun", "AcceptanceSettings", "TABLE3_ROWS", "check_ordering", "collect_distributions",
+           "collect_logits",
            "print_table3", "report_acceptance", "run_acceptance", "summarize", "token_acceptance"]
 
 #: rows of our Table 3, in print order: the compared schemes, then one draft for reference
@@ -139,6 +140,45 @@ class AcceptanceRun:
 
 
 # -- distributions -------------------------------------------------------------------------------
+def collect_logits(pair, prompt_ids, *, positions: int, target_temperature: float, continuation=None,
+                   seed: int = 0):
+    """Draft and target next-token logits along a continuation of a prompt.
+
+    Args:
+        pair: :class:`mspec.models.ModelPair`.
+        prompt_ids: prompt token ids.
+        positions: at most this many continuation positions.
+        target_temperature: temperature of the sampled continuation.
+        continuation: token ids to follow; ``None`` samples them from the target
+            (stopping early at EOS) with ``torch.Generator().manual_seed(seed)``.
+        seed: seed of the sampled continuation.
+
+    Returns:
+        ``(draft_logits, target_logits, continuation)``: float64 tensors ``(n, V)`` --
+        row ``j`` scores the token after ``prompt + continuation[:j]`` -- and the ``n``
+        continuation ids, ``n <= positions``. For a same-weights pair the two tensors are
+        one object.
+    """
+    import torch
+
+    from ..decoding import autoregressive_generate
+
+    prompt_ids = list(prompt_ids)
+    if continuation is None:
+        continuation = autoregressive_generate(
+            prompt_ids, target_model=pair.target_model, temperature=target_temperature,
+            max_new_tokens=positions, eos_token_id=pair.eos_token_id, generator=seed,
+        ).token_ids
+    continuation = list(continuation)[:positions]
+    full = torch.tensor([prompt_ids + continuation], device=pair.device)
+    window = slice(len(prompt_ids) - 1, len(prompt_ids) - 1 + len(continuation))
+    with torch.inference_mode():
+        target_logits = pair.target_model(input_ids=full).logits[0, window].double()
+        draft_logits = (target_logits if pair.same_model
+                        else pair.draft_model(input_ids=full).logits[0, window].double())
+    return draft_logits, target_logits, continuation
+
+
 def collect_distributions(pair, prompt_ids, *, positions: int, draft_temperature: float,
                           target_temperature: float, continuation=None, seed: int = 0):
     """Draft and target next-token distributions along a continuation of a prompt.
@@ -158,24 +198,11 @@ def collect_distributions(pair, prompt_ids, *, positions: int, draft_temperature
         distribution of the token after ``prompt + continuation[:j]`` -- and the ``n``
         continuation ids, ``n <= positions``.
     """
-    import torch
-
-    from ..decoding import autoregressive_generate
     from ..distributions import distribution_from_logits
 
-    prompt_ids = list(prompt_ids)
-    if continuation is None:
-        continuation = autoregressive_generate(
-            prompt_ids, target_model=pair.target_model, temperature=target_temperature,
-            max_new_tokens=positions, eos_token_id=pair.eos_token_id, generator=seed,
-        ).token_ids
-    continuation = list(continuation)[:positions]
-    full = torch.tensor([prompt_ids + continuation], device=pair.device)
-    window = slice(len(prompt_ids) - 1, len(prompt_ids) - 1 + len(continuation))
-    with torch.inference_mode():
-        target_logits = pair.target_model(input_ids=full).logits[0, window].double()
-        draft_logits = (target_logits if pair.same_model
-                        else pair.draft_model(input_ids=full).logits[0, window].double())
+    draft_logits, target_logits, continuation = collect_logits(
+        pair, prompt_ids, positions=positions, target_temperature=target_temperature,
+        continuation=continuation, seed=seed)
     target = distribution_from_logits(target_logits, temperature=target_temperature).cpu().numpy()
     draft = distribution_from_logits(draft_logits, temperature=draft_temperature).cpu().numpy()
     return draft, target, continuation

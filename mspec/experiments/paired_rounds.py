@@ -69,6 +69,7 @@ class RoundsSettings(SharedSettings):
         draft_length: L.
         drafts_k: values of K (the reference generation drafts the largest).
         reference: the compared scheme that drives the reference generations.
+        variants: which of :data:`VARIANTS` are scored besides the compared schemes.
         draft_temperature, target_temperature, data_source, max_chars, seed: as in
             :class:`~mspec.experiments.acceptance.AcceptanceSettings`.
     """
@@ -80,11 +81,13 @@ class RoundsSettings(SharedSettings):
     draft_length: int = paper.DRAFT_LENGTH
     drafts_k: tuple[int, ...] = (2, 4, 8)
     reference: str = "optimal"
+    variants: tuple[str, ...] = tuple(VARIANTS)
     QUICK: ClassVar[dict] = QUICK
 
     def __post_init__(self):
         checked_choices("main_dataset", self.main_dataset, DATASETS)
         checked_choices("reference", self.reference, paper.COMPARED_SCHEMES)
+        object.__setattr__(self, "variants", checked_choices("variants", self.variants, tuple(VARIANTS)))
         object.__setattr__(self, "drafts_k", tuple(sorted(set(self.drafts_k))))
         super().__post_init__()
 
@@ -102,9 +105,11 @@ class RoundsRun:
     rows: list[dict] = field(default_factory=list)
 
 
-def methods(drafts_k) -> list[tuple[str, int]]:
-    """``(scheme, K)`` evaluated on every round: the single-draft baseline, then every scheme."""
-    return [("single", 1)] + [(s, k) for k in drafts_k for s in ROUND_SCHEMES]
+def methods(drafts_k, variants=tuple(VARIANTS)) -> list[tuple[str, int]]:
+    """``(scheme, K)`` evaluated on every round: the single-draft baseline, then every
+    compared scheme and the ``variants``."""
+    scored = [s for s in ROUND_SCHEMES if s in paper.COMPARED_SCHEMES or s in variants]
+    return [("single", 1)] + [(s, k) for k in drafts_k for s in scored]
 
 
 def expected_per_round(pair, prompt, seed: int, s: RoundsSettings) -> dict[tuple[str, int], tuple[list, list]]:
@@ -115,7 +120,7 @@ def expected_per_round(pair, prompt, seed: int, s: RoundsSettings) -> dict[tuple
     from ..decoding import expected_round_tokens, speculative_generate
 
     k_max, temp = max(s.drafts_k), s.draft_temperature
-    out: dict[tuple[str, int], tuple[list, list]] = {m: ([], []) for m in methods(s.drafts_k)}
+    out: dict[tuple[str, int], tuple[list, list]] = {m: ([], []) for m in methods(s.drafts_k, s.variants)}
 
     def on_round(drafted, draft_probs, target_probs):
         for method, k in out:
@@ -174,7 +179,7 @@ def _generation_rows(pair, prompt, seed: int, s: RoundsSettings, table: ResultTa
         return {"rounds": len(per_round), "per_round": per_round, "control": control}
 
     return [table.compute({**base, "method": scheme, "num_drafts": k}, lambda job=(scheme, k): values(*job))
-            for scheme, k in methods(s.drafts_k)]
+            for scheme, k in methods(s.drafts_k, s.variants)]
 
 
 def _per_round(row) -> tuple[np.ndarray, np.ndarray]:
@@ -278,7 +283,9 @@ def _table_rows(stats: dict, drafts_k) -> tuple[list[list[str]], list[str]]:
     body, behind = [], []
     for k in drafts_k:
         for scheme in ROUND_SCHEMES:
-            be = stats["block_efficiency"][f"{scheme} K={k}"]
+            be = stats["block_efficiency"].get(f"{scheme} K={k}")
+            if be is None:  # a variant this run did not score
+                continue
             row = [scheme, str(k), fmt(be["mean"], be["se"], 3), fmt(be["raw_mean"], be["raw_se"], 3),
                    str(be["rounds"])]
             d = stats["optimal_minus"].get(f"{scheme} K={k}")
@@ -314,7 +321,8 @@ def report_rounds(run: RoundsRun, out: str | Path | None = None) -> dict:
                  "optimal - this: the same, paired round by round; optimal is 'ahead' / 'behind' beyond "
                  f"{SIGNIFICANT:g} s.e., else 'level'",
                  "optimal = ratio buckets as atoms (the default at this vocabulary); optimal-tokens = every "
-                 "token its own atom (the lexicographic x): the same acceptance, a different x"])
+                 "token its own atom (the lexicographic x): the same acceptance, a different x"
+                 if "optimal-tokens" in s.variants else ""])
     print("\noptimal significantly behind: " + (", ".join(behind) if behind else
                                                   f"nowhere (no difference below -{SIGNIFICANT:g} s.e.)"))
     if out is not None:
