@@ -12,7 +12,7 @@ and ``S(u) = sum over w strictly extending u of A(w)`` for the probability that 
 than the prefix ``u`` (``S(root) = 1``). The rounds generate the target's law, whatever the
 context, if and only if, at every node ``u`` with ``|u| <= L`` and for every token ``v``,
 
-    A(uv) + S(uv) = q(v | u) S(u),          (S(w) = 0 for |w| = L + 1)
+    A(uv) + S(uv) = q(v | u) S(u),          (S(w) = 0 when w has L + 1 tokens)
 
 that is: given that the round goes past ``u``, its next token is ``v`` with the target's
 probability ``q(v | u)``, whether the round then stops or goes on. (Necessity: compare the
