@@ -99,24 +99,12 @@ class CanonicalSolution(NamedTuple):
 def solve_canonical_lp(
     *, draft, target, num_drafts=None, max_variables: int = MAX_LP_VARIABLES
 ) -> tuple[float, np.ndarray]:
-    """Optimal selection weights of the canonical decomposition.
+    """Optimal selection weights of the canonical decomposition: ``(value, weights)`` of
+    :func:`solve_canonical` (same arguments and errors), which also says which solver path ran.
 
-    ``(value, weights)`` of :func:`solve_canonical`, which also says which solver path ran.
-
-    Args:
-        draft: ``(V,)`` with ``num_drafts=K`` or ``(K, V)``.
-        target: ``(V,)``.
-        num_drafts: K.
-        max_variables: refuse LPs with more variables than this.
-
-    Returns:
-        ``(value, weights)``: the acceptance ``sum min(q, p_I)`` of the returned weights
-        (optimal within :data:`mspec.lp.GAP_TOL` unless an
-        :class:`~mspec.lp.LPFallbackWarning` was emitted) and ``weights`` of shape
-        ``(V,) * K + (V,)`` with ``weights[x_1, .., x_K, y] = beta_y(x_1..x_K)``.
-
-    Raises:
-        ValueError: the LP is too big.
+    ``value`` is the acceptance ``sum min(q, p_I)`` of the returned weights (optimal within
+    :data:`mspec.lp.GAP_TOL` unless an :class:`~mspec.lp.LPFallbackWarning` was emitted);
+    ``weights`` has shape ``(V,) * K + (V,)`` with ``weights[x_1, .., x_K, y] = beta_y(x_1..x_K)``.
     """
     solution = solve_canonical(draft=draft, target=target, num_drafts=num_drafts, max_variables=max_variables)
     return solution.value, solution.weights
