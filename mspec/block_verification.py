@@ -35,17 +35,29 @@ def _ratios(drafted: np.ndarray, draft_probs: np.ndarray, target_probs: np.ndarr
     w = np.ones(length + 1)
     for i in range(1, length + 1):
         x, p = drafted[i - 1], float(draft_probs[i - 1, drafted[i - 1]])
-        w[i] = min(1.0, w[i - 1] * float(target_probs[i - 1, x]) / p) if p > 0.0 else 0.0
+        carried = w[i - 1] * float(target_probs[i - 1, x])
+        w[i] = 0.0 if p <= 0.0 else (1.0 if carried >= p else carried / p)  # (no overflow for a subnormal p)
     h = np.ones(length + 1)
     residuals = []
     for i in range(length):
         excess = np.maximum(w[i] * target_probs[i] - draft_probs[i], 0.0)
         r = float(excess.sum())
-        residuals.append(excess / r if r > 0.0 else None)
+        # (deviation: an empty residual -- w_i q_{i+1} <= p_{i+1} everywhere -- is reached
+        # only by rounding; the target's own law stands in for it)
+        residuals.append(excess / r if r > 0.0 else target_probs[i])
         h[i] = r / (r + 1.0 - w[i]) if r + 1.0 - w[i] > 0.0 else 0.0  # (deviation: 0 / 0 -> 0)
     h[length] = w[length]
     h[0] = 1.0  # the empty prefix always stands
     return w, h, residuals
+
+
+def _stop_probabilities(h: np.ndarray) -> np.ndarray:
+    """``P(the round keeps exactly x_<=i)``, ``i = 0..L``: the coins ``h`` checked from the end."""
+    stops, remaining = np.zeros(h.size), 1.0  # remaining: P(every longer prefix failed its coin)
+    for i in range(h.size - 1, -1, -1):
+        stops[i] = remaining * h[i]
+        remaining -= stops[i]
+    return stops
 
 
 def block_verification_law(drafted, draft_probs, target_probs) -> dict[tuple[int, int], float]:
@@ -66,10 +78,7 @@ def block_verification_law(drafted, draft_probs, target_probs) -> dict[tuple[int
     length = drafted.size
     _, h, residuals = _ratios(drafted, draft_probs, target_probs)
     law: dict[tuple[int, int], float] = {}
-    remaining = 1.0  # P(every longer prefix failed its coin)
-    for i in range(length, -1, -1):
-        stop_here = remaining * h[i]
-        remaining -= stop_here
+    for i, stop_here in enumerate(_stop_probabilities(h)):
         if stop_here <= 0.0:
             continue
         after = target_probs[length] if i == length else residuals[i]
@@ -101,7 +110,6 @@ def expected_block_tokens(drafted, draft_probs, target_probs, *, eos_token_id=No
     eos = set() if eos_token_id is None else set(np.atleast_1d(eos_token_id).tolist())
     drafted = np.asarray(drafted, dtype=np.int64)
     first_eos = next((i for i, t in enumerate(drafted.tolist()) if t in eos), drafted.size)
-    total = 0.0
-    for (kept, token), mass in block_verification_law(drafted, draft_probs, target_probs).items():
-        total += mass * (first_eos + 1 if kept > first_eos else kept + 1)
-    return total
+    _, h, _ = _ratios(drafted, np.asarray(draft_probs, float), np.asarray(target_probs, float))
+    kept = np.arange(drafted.size + 1)
+    return float(_stop_probabilities(h) @ np.where(kept > first_eos, first_eos + 1, kept + 1))

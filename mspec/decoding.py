@@ -80,6 +80,8 @@ import torch
 from transformers import DynamicCache
 
 from .block_verification import block_verify
+from .selected_block import SELECTION_SCHEMES, selected_block_verify
+from .traversal_verification import traversal_verify
 from .distributions import distribution_from_logits
 from .selection import sample_index
 from .single import SingleDraft
@@ -99,10 +101,12 @@ __all__ = [
 #: text and changes batch size each round (``"dynamic"``), or is one fixed K-row buffer for
 #: the whole call (``"static"``, transformers' ``StaticCache``; see the module docstring)
 DRAFT_CACHES = ("dynamic", "static")
-#: how a round is verified: position by position with the scheme (``"token"``), or the
-#: drafted block jointly (``"block"``: block verification, one draft; see
-#: :mod:`mspec.block_verification`)
-VERIFICATIONS = ("token", "block")
+#: how a round is verified: position by position with the scheme (``"token"``), or whole
+#: blocks: ``"block"`` (block verification, one draft; :mod:`mspec.block_verification`),
+#: ``"traversal"`` (the tree of K drafts from the leaves up; :mod:`mspec.traversal_verification`),
+#: ``"selected-block"`` (select one block position by position with ``scheme``, then block
+#: verification; :mod:`mspec.selected_block`)
+VERIFICATIONS = ("token", "block", "traversal", "selected-block")
 #: a static draft cache holds a multiple of this many positions (at least what the call
 #: needs), so calls of similar length share one buffer shape and a compiled draft step is
 #: not recompiled for every prompt length (transformers' ``generate`` keeps the longest
@@ -448,9 +452,13 @@ def speculative_generate(
             draft's decoding steps compiled with CUDA graphs (``torch.compile``, mode
             ``"reduce-overhead"``; the first calls compile, later ones replay).
         verify: one of :data:`VERIFICATIONS`: ``"token"`` (the default: ``scheme`` position by
-            position) or ``"block"`` (block verification of Sun et al., ICLR 2025: the drafted
-            block verified jointly; exactly lossless, the most tokens per round for one draft;
-            needs ``num_drafts=1``; ``scheme`` is then unused).
+            position); ``"block"`` (block verification of Sun et al., ICLR 2025: the drafted
+            block verified jointly; the most tokens per round for one draft; needs
+            ``num_drafts=1``; ``scheme`` unused); ``"traversal"`` (the tree of the K drafts
+            verified from the leaves up, after Weng et al., NeurIPS 2025; any drafts;
+            ``scheme`` unused); ``"selected-block"`` (one block selected position by position
+            with ``scheme``, one of :data:`mspec.selected_block.SELECTION_SCHEMES`, then block
+            verification; identical drafts). All exactly lossless.
         tokenizer: optional; decodes the output into ``GenerationResult.text``.
         on_round: optional ``on_round(drafted, draft_probs, target_probs)``, called after
             each round's target pass with the round's drafted ids ``(K, L)``, draft
@@ -468,7 +476,7 @@ def speculative_generate(
         prompt_ids, draft_model, target_model, scheme=scheme, num_drafts=num_drafts, draft_length=draft_length,
         draft_temperatures=draft_temperatures, target_temperature=target_temperature, top_k=top_k, top_p=top_p,
         max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, scheme_params=scheme_params, tokenizer=tokenizer)
-    _check_verify(verify, settings.num_drafts)
+    _check_verify(verify, settings)
     cached_draft = _cached_draft_model(draft_model, settings, draft_cache, compile_draft)
     gen = _check_generator(generator, _model_device(draft_model))
     # the scheme's numpy Generator is seeded from `gen`, so one seed fixes the whole run
@@ -551,6 +559,8 @@ class _Decoder:
         self.settings, self.gen, self.on_round, self.devices = settings, gen, on_round, devices
         if verify == "block":
             self.select = _BlockSelector(rng)
+        elif verify in ("traversal", "selected-block"):
+            self.select = _TreeSelector(verify, settings.scheme, rng)
         else:
             self.select = _Selector(settings.scheme, settings.params, settings.temps, rng)
 
@@ -732,12 +742,39 @@ class _BlockSelector:
         return out, kept, [0], [1] * min(kept + 1, block.size)
 
 
-def _check_verify(verify, num_drafts: int) -> None:
+class _TreeSelector:
+    """Traversal or selected-block verification of the K drafted blocks of a round."""
+
+    def __init__(self, verify: str, scheme: str, rng):
+        self.verify, self.scheme, self.rng = verify, scheme, rng
+
+    def __call__(self, drafted, draft_probs, target_probs):
+        """As :meth:`_Selector.__call__`."""
+        blocks = drafted.cpu().numpy()
+        p, q = draft_probs.double().cpu().numpy(), target_probs.double().cpu().numpy()
+        if self.verify == "traversal":
+            out, rows = traversal_verify(blocks, p, q, self.rng)
+        else:
+            out, rows = selected_block_verify(blocks, p, q, self.rng, scheme=self.scheme)
+        kept = len(out) - 1
+        alive_counts = [int(np.sum(np.all(blocks[:, :j] == blocks[rows[0], :j], axis=1)))
+                        for j in range(min(kept + 1, blocks.shape[1]))]
+        return out, kept, rows, alive_counts
+
+
+def _check_verify(verify, settings) -> None:
     if verify not in VERIFICATIONS:
         raise ValueError(f"`verify` must be one of {VERIFICATIONS}, got {verify!r}")
-    if verify == "block" and num_drafts != 1:
-        raise ValueError(f"verify='block' verifies one drafted block: pass num_drafts=1 (got {num_drafts}), "
-                         "or verify='token' for K drafts")
+    if verify == "block" and settings.num_drafts != 1:
+        raise ValueError(f"verify='block' verifies one drafted block: pass num_drafts=1 (got {settings.num_drafts}), "
+                         "or verify='traversal' / 'selected-block' for K drafts")
+    if verify == "selected-block":
+        if settings.scheme not in SELECTION_SCHEMES:
+            raise ValueError(f"verify='selected-block' selects with `scheme`, one of {SELECTION_SCHEMES} "
+                             f"(a known induced law), got scheme={settings.scheme!r}")
+        if len(set(settings.temps)) > 1:
+            raise ValueError("verify='selected-block' needs identical drafts (one draft temperature); "
+                             "verify='traversal' takes non-identical drafts")
 
 
 def position_scheme(scheme: str, params: dict, draft_rows, target_rows, temps, alive: list[int]):

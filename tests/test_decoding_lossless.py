@@ -107,6 +107,12 @@ def configurations():
     # block verification (one draft, the block verified jointly), also with top-k / top-p
     configs.append(("single", dict(num_drafts=1, verify="block")))
     configs.append(("single", dict(num_drafts=1, verify="block", target_temperature=0.8, top_k=5, top_p=0.9)))
+    # traversal verification (the tree of K drafts) and selected-block verification
+    configs.append(("specinfer", dict(num_drafts=3, verify="traversal")))
+    configs.append(("specinfer", dict(num_drafts=2, verify="traversal", draft_temperatures=[1.2, 1.6])))
+    configs.append(("specinfer", dict(num_drafts=2, verify="traversal", target_temperature=0.8, top_k=5, top_p=0.9)))
+    configs.append(("optimal", dict(num_drafts=3, verify="selected-block")))
+    configs.append(("is", dict(num_drafts=2, verify="selected-block", top_k=5, top_p=0.9)))
     return configs
 
 
@@ -146,6 +152,13 @@ def test_block_verification_errors_name_the_fix(models):
     draft_model, target_model = models
     with pytest.raises(ValueError, match="pass num_drafts=1"):
         speculative_generate(PROMPT, draft_model=draft_model, target_model=target_model, num_drafts=2, verify="block",
+                             max_new_tokens=3)
+    with pytest.raises(ValueError, match="selects with `scheme`"):
+        speculative_generate(PROMPT, draft_model=draft_model, target_model=target_model, num_drafts=2,
+                             scheme="specinfer", verify="selected-block", max_new_tokens=3)
+    with pytest.raises(ValueError, match="needs identical drafts"):
+        speculative_generate(PROMPT, draft_model=draft_model, target_model=target_model, num_drafts=2,
+                             scheme="optimal", verify="selected-block", draft_temperatures=[1.0, 1.5],
                              max_new_tokens=3)
     with pytest.raises(ValueError, match="`verify` must be one of"):
         speculative_generate(PROMPT, draft_model=draft_model, target_model=target_model, verify="tree",

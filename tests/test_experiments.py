@@ -59,7 +59,7 @@ def stored(folder, names=SWEEP_FILES) -> dict:
 # -- the command line ----------------------------------------------------------------------------
 def test_every_command_is_listed(capsys):
     assert set(COMMANDS) == {"token-level", "optimal", "gpu", "experiments", "acceptance", "decoding", "rounds",
-                             "paper-run"}
+                             "paper-run", "round-rules"}
     with pytest.raises(SystemExit) as stop:
         main(["--help"])
     assert stop.value.code == 0
@@ -68,6 +68,25 @@ def test_every_command_is_listed(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["no-such-command"])
     assert stop.value.code == 2
+
+
+def test_round_rules_command(tmp_path, capsys):
+    # The whole path on the tiny pair: every rule scored on the same rounds, the verification
+    # timed, a results file with provenance that reads back.
+    from mspec.experiments.round_rules import load_round_rules
+
+    assert main(["round-rules", "--preset", "tiny", "--quick", "--data-source", "builtin", "--datasets", "dolly",
+                 "--timing-tokens", "6", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "traversal" in out and "selected-block" in out and "Verification time per round" in out
+    doc = load_round_rules(tmp_path / "round_rules.json")
+    assert doc["provenance"]["preset"] == "tiny" and doc["provenance"]["command"].startswith("python -m mspec.bench")
+    methods = {(r["K"], r["method"]) for r in doc["tokens_per_round"]}
+    assert methods == {(1, "single"), (1, "block"), (2, "optimal"), (2, "spectr"), (2, "specinfer"),
+                       (2, "traversal"), (2, "selected-block")}
+    for r in doc["tokens_per_round"]:
+        assert 1.0 <= r["tokens_per_round"] <= 6.0  # L = 5: between 1 and L + 1 tokens per round
+    assert all(c["share"] > 0.0 for c in doc["verification_cost"])
 
 
 def test_token_level_command(capsys):

@@ -12,7 +12,8 @@ against a baseline measured in the same run, never by timed unit tests:
 * :mod:`~mspec.bench.timing`: the timer they share.
 
 The paper's experiments (commands ``experiments``, ``acceptance``, ``decoding``, ``rounds``,
-``paper-run``: the run whose results the reproducing-the-paper chapter reads)
+``paper-run``: the run whose results the reproducing-the-paper chapter reads) and the
+round-level comparison (``round-rules``: the results the verifying-whole-blocks chapter reads)
 are plain functions of :mod:`mspec.experiments`; this package only gives them a command line.
 Synthetic LM-shaped pairs come from :mod:`mspec.synthetic` (re-exported here with
 :func:`~mspec.bench.timing.median_time` for older imports: ``from mspec.bench import

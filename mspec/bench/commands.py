@@ -10,6 +10,7 @@ Options left out keep the settings' own defaults (``--quick``: their quick ones)
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -412,6 +413,56 @@ def _paper_run(args) -> int:
     return 1 if problems else 0
 
 
+def _round_rules_arguments(parser) -> None:
+    from ..experiments import round_rules as rr
+    from ..models import DEFAULT_PRESET, PRESETS
+
+    d, q = rr.RoundRulesSettings, rr.RoundRulesSettings.QUICK
+    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=PRESETS,
+                        help=f"model pair (mspec.models.load_pair; default {DEFAULT_PRESET!r}, offline)")
+    parser.add_argument("--out", default=PAPER_RUN_OUT,
+                        help=f"folder of the results file round_rules.json (default {PAPER_RUN_OUT}/, committed)")
+    parser.add_argument("--quick", action="store_true", help="small settings: a minute or two on a CPU")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (torch.set_num_threads)")
+    parser.add_argument("--data-source", default=None, choices=DATA_SOURCES,
+                        help="where prompts come from (default auto; the committed run: local)")
+    parser.add_argument("--datasets", nargs="+", default=None, choices=DATASETS,
+                        help=f"datasets (default {_words(DATASETS)})")
+    parser.add_argument("--draft-temperature", type=float, default=None,
+                        help=f"draft temperature (default {d.draft_temperature})")
+    parser.add_argument("--seed", type=int, default=None, help=f"base seed (default {d.seed})")
+    for option, field, what in (("--prompts", "prompts", "prompts per dataset"),
+                                ("--seeds", "seeds", "seeds per prompt"),
+                                ("--max-new-tokens", "max_new_tokens", "tokens per reference generation"),
+                                ("--draft-length", "draft_length", "L")):
+        parser.add_argument(option, type=int, default=None,
+                            help=_quick_help(what, getattr(d, field), q.get(field, getattr(d, field))))
+    parser.add_argument("--drafts-k", type=int, nargs="+", default=None,
+                        help=_quick_help("values of K", d.drafts_k, q["drafts_k"]))
+    parser.add_argument("--timing-tokens", type=int, default=32,
+                        help="tokens per timed generation (default %(default)s)")
+
+
+ROUND_RULES_DESTS = {name: name for name in ("datasets", "draft_temperature", "data_source", "seed", "prompts",
+                                             "seeds", "max_new_tokens", "draft_length", "drafts_k")}
+
+
+def _round_rules(args) -> int:
+    from ..experiments import round_rules as rr
+
+    if args.threads is not None:  # the command owns its process, so this is its own setting
+        import torch
+
+        torch.set_num_threads(args.threads)
+    settings = _settings(rr.RoundRulesSettings, args, ROUND_RULES_DESTS)
+    command = " ".join(["python -m mspec.bench round-rules", *sys.argv[2:]])  # as typed
+    doc = rr.round_rules_document(args.preset, settings, timing_tokens=args.timing_tokens, command=command,
+                                  progress=True)
+    rr.print_round_rules(doc)
+    print(f"\nwrote {rr.write_round_rules(doc, args.out)}")
+    return 0
+
+
 def _with_common(add_arguments):
     def add(parser):
         _common_arguments(parser)
@@ -443,6 +494,9 @@ COMMANDS = {
                         _with_common(_decoding_arguments), _decoding, MODELS + PROGRESS, _figures_and_metrics),
     "rounds": Command("paired block efficiency: every scheme's expected tokens on the same rounds",
                       _rounds_arguments, _rounds, MODELS + PROGRESS, _figures_and_metrics),
+    "round-rules": Command("round rules (traversal, selected-block) against per-token rules on the same rounds, "
+                           "and their cost (results/offline_default/round_rules.json)", _round_rules_arguments,
+                           _round_rules, MODELS + PROGRESS),
     "paper-run": Command("the numbers of the reproducing-the-paper chapter, into one results file "
                          "(results/offline_default/paper_run.json)", _paper_run_arguments, _paper_run,
                          MODELS + PROGRESS),

@@ -21,6 +21,10 @@ row is appended to a CSV file as soon as it is computed, and a rerun resumes.
   regime, Tables 4 and 2 at the token level, paired block efficiency) with their
   provenance, in one committed file (``results/offline_default/paper_run.json``) that the
   chapter reads with ``load_results``; command ``paper-run``.
+* :mod:`~mspec.experiments.round_rules`: beyond the paper, round rules (traversal and
+  selected-block verification) against the per-token rules on the same rounds, and the
+  cost of verifying a round (``results/offline_default/round_rules.json``); command
+  ``round-rules``.
 * Shared: :mod:`~mspec.experiments.paper` (the paper's published numbers),
   :mod:`~mspec.experiments.inputs` (datasets, prompts as token ids, seeds),
   :mod:`~mspec.experiments.report` (text tables, the pair's label, JSON and HTML files),

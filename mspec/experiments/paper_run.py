@@ -401,30 +401,38 @@ def paper_run(preset: str, settings: PaperRunSettings | None = None, *, out: str
     Returns:
         The results document.
     """
-    import torch
-
     from ..models import load_pair
 
-    start, started = time.perf_counter(), _now()
-    code = _code_version()  # before the run: the code that runs, whatever changes meanwhile
+    start, started = time.perf_counter(), now()
+    code = code_version()  # before the run: the code that runs, whatever changes meanwhile
     pair = load_pair(preset)
     s = settings or PaperRunSettings()
     doc = run_paper(pair, s, work=work, progress=progress)
-    doc["provenance"] = {
-        "model_pair": pair.description, "label": pair_label(pair, None), "preset": pair.name,
-        "vocab_size": int(pair.vocab_size), "command": command, **code,
-        "started": started, "date": _now(), "wall_time_s": round(time.perf_counter() - start, 1),
-        "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
-        "transformers_version": _version("transformers"), "python": platform.python_version(),
-        "platform": platform.platform(), "cpu_count": os.cpu_count(),
-        "data": _data_source(s.data_source),
-    }
+    doc["provenance"] = provenance(pair, command=command, code=code, started=started, start=start,
+                                   data_source=s.data_source)
     doc = {"schema": doc.pop("schema"), "provenance": doc.pop("provenance"), **doc}
     if out is not None:
         path = Path(out) / DEFAULT_RESULTS.name
         write_results(doc, path)
         doc["path"] = str(path)
     return doc
+
+
+def provenance(pair, *, command: str, code: dict, started: str, start: float, data_source: str) -> dict:
+    """Where a results document comes from: the model pair, the command, the code
+    (:func:`code_version`, taken before the run), when and how long, and the machine.
+    ``start`` is the ``time.perf_counter()`` reading the wall time counts from."""
+    import torch
+
+    return {
+        "model_pair": pair.description, "label": pair_label(pair, None), "preset": pair.name,
+        "vocab_size": int(pair.vocab_size), "command": command, **code,
+        "started": started, "date": now(), "wall_time_s": round(time.perf_counter() - start, 1),
+        "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
+        "transformers_version": _version("transformers"), "python": platform.python_version(),
+        "platform": platform.platform(), "cpu_count": os.cpu_count(),
+        "data": _data_source(data_source),
+    }
 
 
 def write_results(doc: dict, path: str | Path) -> None:
@@ -443,7 +451,8 @@ def write_results(doc: dict, path: str | Path) -> None:
     path.write_text("{\n" + ",\n".join(parts) + "\n}\n", encoding="utf-8")
 
 
-def _now() -> str:
+def now() -> str:
+    """The UTC time, to the second, ISO 8601."""
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
 
 
@@ -456,7 +465,7 @@ def _version(name: str) -> str | None:
         return None
 
 
-def _code_version() -> dict:
+def code_version() -> dict:
     """mspec's version, the repository's commit (and whether files differ from it), and a
     SHA-256 of the package's source files (the code that ran, committed or not)."""
     import mspec
