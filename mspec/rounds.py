@@ -251,6 +251,35 @@ def _trie_value(draft_lm, target_lm, scheme, context, drafted, j, alive) -> floa
     return value
 
 
+#: round rules :func:`round_rule_value` scores: name -> exact expected tokens of one round
+def _round_rule_scorers() -> dict:
+    from .selected_block import expected_selected_block_tokens
+    from .traversal_verification import expected_traversal_tokens
+
+    return {"traversal": expected_traversal_tokens, "selected-block": expected_selected_block_tokens}
+
+
+def round_rule_value(draft_lm: LanguageModel, target_lm: LanguageModel, *, rule: str, vocab: int,
+                     num_drafts: int, draft_length: int, context: tuple[int, ...] = ()) -> float:
+    """Exact expected tokens per round of a round rule (``"traversal"``: traversal
+    verification, :mod:`mspec.traversal_verification`; ``"selected-block"``: selected-block
+    verification with the optimal selection, :mod:`mspec.selected_block`) on the same models
+    as :func:`round_optimum`: every tuple of drafted blocks enumerated, the rule's randomness
+    averaged out given the blocks."""
+    scorers = _round_rule_scorers()
+    if rule not in scorers:
+        raise ValueError(f"`rule` must be one of {tuple(scorers)}, got {rule!r}")
+    blocks = list(itertools.product(range(vocab), repeat=draft_length))
+    total = 0.0
+    for tup in itertools.product(blocks, repeat=num_drafts):
+        weight = float(np.prod([_block_probability(draft_lm, context, b) for b in tup]))
+        if weight > 0.0:
+            draft = np.array([[draft_lm(context + b[:j]) for j in range(draft_length)] for b in tup])
+            target = np.array([[target_lm(context + b[:j]) for j in range(draft_length + 1)] for b in tup])
+            total += weight * scorers[rule](np.array(tup), draft, target)
+    return total
+
+
 def next_tokens_law(emitted_at: Callable[[tuple[int, ...]], dict], count: int,
                     context: tuple[int, ...] = ()) -> dict:
     """Law of the next ``count`` tokens a round rule emits, over as many rounds as it takes.

@@ -47,7 +47,7 @@ blocks of one token it is SpecInfer's recursive rejection sampling with replacem
 Deviation from Weng et al. (marked): their trees are built by sampling children without
 replacement and update the draft law after a rejection; here the K blocks are drawn
 independently (with replacement, as everywhere in ``mspec``), so each draw keeps its own
-``p_i`` and the proof above is ours. :mod:`tests.test_traversal_verification` checks the law
+``p_i`` and the proof above is ours. ``tests/test_traversal_verification.py`` checks the law
 by enumeration on tiny models.
 
 Accuracy: ``m_root`` is exactly 1; elsewhere the laws are exact up to floating-point rounding

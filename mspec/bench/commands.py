@@ -439,7 +439,7 @@ def _round_rules_arguments(parser) -> None:
                             help=_quick_help(what, getattr(d, field), q.get(field, getattr(d, field))))
     parser.add_argument("--drafts-k", type=int, nargs="+", default=None,
                         help=_quick_help("values of K", d.drafts_k, q["drafts_k"]))
-    parser.add_argument("--timing-tokens", type=int, default=32,
+    parser.add_argument("--timing-tokens", type=int, default=24,
                         help="tokens per timed generation (default %(default)s)")
 
 

@@ -59,7 +59,7 @@ class RoundRulesSettings(SharedSettings):
     QUICK: ClassVar[dict] = {"prompts": 1, "max_new_tokens": 12, "drafts_k": (1, 2), "max_chars": 300}
 
     datasets: tuple[str, ...] = DATASETS
-    prompts: int = 6
+    prompts: int = 8
     seeds: int = 1
     drafts_k: tuple[int, ...] = (1, 2, 4, 8)
     draft_length: int = 5
@@ -164,7 +164,7 @@ def _verify_options(method: str) -> dict:
     return {"scheme": method, "verify": "token"}
 
 
-def time_round_rules(pair, settings: RoundRulesSettings | None = None, *, tokens: int = 32) -> list[dict]:
+def time_round_rules(pair, settings: RoundRulesSettings | None = None, *, tokens: int = 24) -> list[dict]:
     """Time each rule's verification of a round against the round's target pass.
 
     One generation of ``tokens`` tokens per (K, method) from the first prompt of the first
@@ -197,7 +197,7 @@ def time_round_rules(pair, settings: RoundRulesSettings | None = None, *, tokens
     return records
 
 
-def round_rules_document(preset: str, settings: RoundRulesSettings | None = None, *, timing_tokens: int = 32,
+def round_rules_document(preset: str, settings: RoundRulesSettings | None = None, *, timing_tokens: int = 24,
                          command: str = "", progress: bool = False) -> dict:
     """Load the pair, score every rule (:func:`run_round_rules`), time the verifications
     (:func:`time_round_rules`), and return the results with their provenance."""
