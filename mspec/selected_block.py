@@ -47,14 +47,7 @@ def _selection(tokens: np.ndarray, draft: np.ndarray, target: np.ndarray, scheme
     if tokens.size == 1:
         return {int(tokens[0]): 1.0}, draft
     rule = make_scheme(scheme, draft=draft, target=target, num_drafts=int(tokens.size))
-    tokens = rule.check_tokens(tokens)
-    if hasattr(rule, "selection_law"):  # a TwoStepScheme
-        law = rule.selection_law(tokens)
-    else:  # the optimal scheme: P(draft i selected), summed per token
-        law = {}
-        for y, prob in zip(tokens.tolist(), rule.selection_probabilities(tokens)):
-            law[y] = law.get(y, 0.0) + float(prob)
-    return law, np.asarray(rule.induced, dtype=float)
+    return rule.selection_law(rule.check_tokens(tokens)), np.asarray(rule.induced, dtype=float)
 
 
 def _paths(drafted, draft_probs, target_probs, scheme: str):

@@ -132,7 +132,7 @@ def time_closed_form_and_is(s: OptimalSpeedSettings) -> dict:
     rng = np.random.default_rng(s.seed)
     draft, target = lm_like_pair(s.vocab_size, seed=s.seed, **TEMPERATURE_ONLY)
     next_tokens = cycling(lambda tokens: tokens, rng.choice(s.vocab_size, size=(DRAFTED_TUPLES, 2), p=draft))
-    params = dict(draft=draft, target=target, num_drafts=2, s=s.s, alphabet=s.alphabet)
+    params = {"draft": draft, "target": target, "num_drafts": 2, "s": s.s, "alphabet": s.alphabet}
     times = {
         "single": median_time(lambda: SingleDraft(draft=draft, target=target).sample(next_tokens()[:1], rng),
                               repeats=s.repeats),
@@ -275,7 +275,11 @@ def time_real_distributions(s: OptimalSpeedSettings) -> dict:
     import torch
 
     from ..experiments.acceptance import collect_distributions
-    from ..experiments.inputs import DEFAULT_DRAFT_TEMPERATURE, derived_seed, load_dataset_prompts
+    from ..experiments.inputs import (
+        DEFAULT_DRAFT_TEMPERATURE,
+        derived_seed,
+        load_dataset_prompts,
+    )
     from ..models import load_pair
 
     torch.set_num_threads(1)
@@ -304,7 +308,7 @@ def _real_position_rows(p, q, rng) -> list[tuple]:
         tuples = rng.choice(p.size, size=(REAL_TUPLES, k), p=p)
         times = call_times({
             "single": cycling(lambda t: SingleDraft(draft=p, target=q).sample(t[:1], rng), tuples),
-            "first": cycling(lambda t: OptimalSelection(draft=p, target=q, num_drafts=k).sample(t, rng), tuples)},
+            "first": cycling(lambda t, k=k: OptimalSelection(draft=p, target=q, num_drafts=k).sample(t, rng), tuples)},
             repeats=REAL_REPEATS, chunk=TABLE_CHUNK)
         rule = OptimalSelection(draft=p, target=q, num_drafts=k)
         one = optimal_acceptance(draft=p, target=q, num_drafts=k) >= 1.0 - ONE_TOLERANCE

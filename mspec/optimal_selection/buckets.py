@@ -46,8 +46,12 @@ SORT_BELOW = 2048
 MAX_BUCKET_BITS = 30
 
 
+_FLOAT_MAX = float(np.finfo(float).max)  # (looked up once: np.finfo costs microseconds a call)
+
+
 def _bucket_sums(targets, masses, bits, most=None, positive=False):
-    """Bucket tokens by ``bits`` mantissa bits of ``q/p`` (one pass, no sort).
+    """Bucket tokens by ``bits`` mantissa bits of ``q/p`` (one pass, no sort). Without
+    ``most`` the count spans up to ``2^(11 + bits)`` keys (pass ``most`` for many bits).
 
     Returns:
         ``None`` if ``q/p`` overflowed (or the buckets would span ``most`` keys or more, or,
@@ -60,14 +64,16 @@ def _bucket_sums(targets, masses, bits, most=None, positive=False):
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # (p = 0 or overflow: seen below)
         ratio = np.divide(targets, masses)
     key = np.right_shift(ratio.view(np.uint64), shift, out=ratio.view(np.uint64)).view(np.int64)  # rises with q/p
-    hi, lo = int(key.max()), int(key.min())
-    if hi >= int(np.float64(np.inf).view(np.uint64) >> shift) or (most is not None and hi - lo >= most):
+    hi = int(key.max())
+    if hi >= int(np.float64(np.inf).view(np.uint64) >> shift):
         return None
-    if positive and lo < 1 << bits:  # exponent bits 0: a ratio of 0 (or subnormal)
+    if most is not None and hi - int(key.min()) >= most:  # (checked before counting)
         return None
     desc = np.subtract(hi, key, out=key)  # bucket 0 holds the largest ratios
-    nb = hi - lo + 1
-    mass_b = np.bincount(desc, weights=masses, minlength=nb)
+    mass_b = np.bincount(desc, weights=masses)  # one per key from the smallest: hi - lo + 1
+    nb = mass_b.size
+    if positive and hi - (nb - 1) < 1 << bits:  # lo has exponent bits 0: a ratio of 0 (or subnormal)
+        return None
     occupied = np.flatnonzero(mass_b)  # p > 0 on every counted token
     edge = (hi - occupied).astype(np.uint64)
     r_lo, r_hi = (edge << shift).view(np.float64), ((edge + np.uint64(1)) << shift).view(np.float64)
@@ -85,7 +91,7 @@ def _coarser(sums, bits: int, coarse_bits: int):
     np.right_shift(coarse_desc, drop, out=coarse_desc)  # the coarse key ...
     np.subtract(top, coarse_desc, out=coarse_desc)  # ... counted from the top
     of_bucket = top - ((hi - occupied) >> drop)  # non-decreasing along the occupied buckets
-    starts = np.flatnonzero(np.diff(of_bucket, prepend=-1))
+    starts = np.flatnonzero(np.concatenate(([True], of_bucket[1:] != of_bucket[:-1])))  # (np.diff is slower)
     coarse_occupied = of_bucket[starts]
     edge = (top - coarse_occupied).astype(np.uint64)
     shift = np.uint64(52 - coarse_bits)
@@ -100,7 +106,7 @@ def _may_be_one(bucket_mass, r_lo, k) -> bool:
     is at least ``sum r_lo P``. (True says nothing: fact 6 checks it exactly.)"""
     top = np.minimum(np.cumsum(bucket_mass), 1.0)
     least = np.cumsum(r_lo * bucket_mass)
-    return not np.any(least > (1.0 - (1.0 - top) ** k) * (1.0 + 1e-9))
+    return not (least > (1.0 - (1.0 - top) ** k) * (1.0 + 1e-9)).any()
 
 
 def _bucket_level(targets, masses, k, start, bits, most=None, sums=None, margin=CERTIFICATE_MARGIN):
@@ -130,7 +136,7 @@ def _bucket_level(targets, masses, k, start, bits, most=None, sums=None, margin=
     # the bucket problem: every ratio rounded to its bucket's middle (any positive
     # stand-in for q keeps x feasible; the certificate below uses the true ratios)
     # (r_lo + r_hi overflows for ratios near the float maximum, e.g. a subnormal p: halves first)
-    middle = 0.5 * r_lo + 0.5 * np.minimum(r_hi, np.finfo(float).max)
+    middle = 0.5 * r_lo + 0.5 * np.minimum(r_hi, _FLOAT_MAX)
     x, blocks, top = _lex_pieces(bucket_mass.copy(), bucket_mass * middle, k, start)
     # certificate: token t of bucket a has x_t / q_t = level_a / r_t, r_t in [r_lo, r_hi)
     level = x / bucket_mass

@@ -85,8 +85,9 @@ def _lex_pieces(masses: np.ndarray, targets: np.ndarray, num_drafts: int, start:
     # a float cumsum drifts (~1e-14 over 5e4 atoms): end it at the pairwise sum instead, so
     # that the last atoms' keys end where their masses do (with K = 1 the drift past key 1,
     # cut off from x but not from the key laws, was the error of the last token's law)
-    if n and top[n] > 0.0:
-        top[1:] *= float(masses.sum()) / top[n]
+    total = float(masses.sum())
+    if 0.0 < top[n] != total:  # (equal: nothing to do, always for a single atom)
+        top[1:] *= total / top[n]
     if start:
         top += start
     np.minimum(top, 1.0, out=top)
@@ -103,10 +104,13 @@ def _lex_pieces(masses: np.ndarray, targets: np.ndarray, num_drafts: int, start:
             shift = int(np.max(np.frexp(v)[1] - np.frexp(targets)[1])) - 1020
         weights = np.ldexp(targets, max(shift, 0))
     slopes = np.divide(v, weights, out=v)
+    if n == 1:  # one atom, one block: x = v (to the rounding below, as for any block)
+        return np.multiply(slopes, weights, out=targets), np.array([0, 1], dtype=np.int64), top
     iso = isotonic_regression(slopes, weights=weights, increasing=True)
     v = np.multiply(slopes, weights, out=slopes)  # v again (to rounding)
     x_sorted = np.multiply(iso.x, weights, out=targets)
-    blocks = np.append(np.asarray(iso.blocks, dtype=np.int64)[:-1], n)
+    blocks = np.array(iso.blocks, dtype=np.int64)
+    blocks[-1] = n  # (block starts, n appended)
     # each block is tight: its x sums to its atoms' v up to rounding; make it exact
     sums = np.add.reduceat(x_sorted, blocks[:-1])
     want = np.add.reduceat(v, blocks[:-1])
@@ -115,7 +119,7 @@ def _lex_pieces(masses: np.ndarray, targets: np.ndarray, num_drafts: int, start:
         for a, b, c in zip(blocks[:-1], blocks[1:], scale):
             x_sorted[a:b] *= c
     else:
-        x_sorted *= np.repeat(scale, np.diff(blocks))
+        x_sorted *= np.repeat(scale, blocks[1:] - blocks[:-1])
     return x_sorted, blocks, top
 
 
@@ -124,56 +128,90 @@ def _lex_pieces(masses: np.ndarray, targets: np.ndarray, num_drafts: int, start:
 POLYNOMIAL_KEY_MASSES_UP_TO = 4
 
 
+#: :func:`_key_masses` works on this many atoms at a time: four buffers of 64 KB stay in
+#: cache and are reused, where V-long temporaries would cost a page fault per 4 KB
+KEY_MASS_CHUNK = 8192
+
+
 def _key_masses(masses: np.ndarray, top: np.ndarray, num_drafts: int) -> np.ndarray:
     """``v_t = nu([top_t, top_t + p_t])``, the ``nu``-mass of each atom's keys, relatively exact.
 
     With ``r = 1 - top_t`` and ``u = max(r - p_t, 0)`` (the key interval is cut at 1),
     ``v_t = r^K - u^K = (r - u) (r^(K-1) + r^(K-2) u + ... + u^(K-1))``: a sum of positive
     terms (no cancellation, unlike a difference of ``f = 1 - (1 - top)^K``, which keeps only
-    ~1e-16 absolute: the slopes of small atoms were noise). For larger K the same value as
-    ``r^K (1 - (1 - p_t / r)^K)`` through log1p/expm1.
+    ~1e-16 absolute: the slopes of small atoms were noise). For K above
+    :data:`POLYNOMIAL_KEY_MASSES_UP_TO` the same value as ``r^K (1 - (1 - p_t / r)^K)``
+    through log1p/expm1.
 
     Args:
         masses: ``(n,)`` draft masses (overwritten: it becomes ``v``).
         top: ``(n + 1,)`` key starts, clipped to 1.
         num_drafts: K.
     """
-    r = np.subtract(1.0, top[:-1])
-    u = np.subtract(r, masses)
-    np.maximum(u, 0.0, out=u)
-    length = np.minimum(masses, r, out=masses)  # r - u, exactly: p, or r where the keys end
-    if num_drafts <= POLYNOMIAL_KEY_MASSES_UP_TO:
-        h = np.ones_like(r)  # h = r^(K-1) + r^(K-2) u + ... + u^(K-1), by Horner in r
-        u_power = u.copy() if num_drafts > 2 else u  # u^m
-        for m in range(1, num_drafts):
+    buffers = np.empty((4, min(masses.size, KEY_MASS_CHUNK)))
+    for a in range(0, masses.size, KEY_MASS_CHUNK):
+        length = masses[a : a + KEY_MASS_CHUNK]  # (a view: v is written into masses)
+        r, u, h, u_power = buffers[:, : length.size]
+        np.subtract(1.0, top[a : a + length.size], out=r)
+        if num_drafts > POLYNOMIAL_KEY_MASSES_UP_TO:
+            _key_masses_log(length, r, u, num_drafts)
+            continue
+        np.minimum(length, r, out=length)  # p, or r where the keys end
+        np.subtract(r, length, out=u)  # max(r - p, 0), exactly
+        if num_drafts == 1:
+            continue
+        np.add(r, u, out=h)  # h = r^(K-1) + r^(K-2) u + ... + u^(K-1), by Horner in r
+        for m in range(2, num_drafts):
             h *= r
-            if m > 1:
+            if m == 2:
+                np.multiply(u, u, out=u_power)  # u^m
+            else:
                 u_power *= u
             h += u_power
-        return np.multiply(length, h, out=length)
+        length *= h
+    return masses
+
+
+def _key_masses_log(masses: np.ndarray, r: np.ndarray, share: np.ndarray, num_drafts: int) -> None:
+    """:func:`_key_masses` by ``r^K (1 - (1 - p_t / r)^K)`` through log1p/expm1, in place:
+    ``masses`` becomes ``v``; ``r = 1 - top_t`` and ``share`` (a buffer) are overwritten."""
+    length = np.minimum(masses, r, out=masses)
     with np.errstate(divide="ignore", invalid="ignore"):  # (r = 0 past the keys: v = 0)
-        share = np.divide(length, r, out=u)  # in [0, 1]; NaN where r = 0
+        np.divide(length, r, out=share)  # in [0, 1]; NaN where r = 0
         share[~(share <= 1.0)] = 1.0
         np.negative(share, out=share)
         np.log1p(share, out=share)
         share *= num_drafts
         np.expm1(share, out=share)  # (1 - p / r)^K - 1, in [-1, 0]
     share *= _power(r, num_drafts)
-    return np.negative(share, out=length)
+    np.negative(share, out=length)
+
+
+#: :func:`_argsort_positive` sorts fewer values than this with one stable sort (numpy's
+#: stable sort, a timsort, is fast on short arrays and ~5x slower than its quicksort at V ~ 50k)
+QUICKSORT_FROM = 1024
 
 
 def _argsort_positive(values: np.ndarray) -> np.ndarray:
-    """``np.argsort(values)`` (ascending, exact) for positive floats, about 3x faster at V ~ 50k.
+    """``np.argsort(values, kind="stable")`` for positive floats, several times faster at V ~ 50k.
 
-    The bit patterns of positive float64 numbers sort like the numbers. Two stable 16-bit
-    passes (numpy's radix sort) order them by their top 32 bits; the final stable sort on
-    the values themselves then only fixes the few runs that tie there, which is linear
-    time for nearly sorted input.
+    numpy's default sort (a vectorised quicksort) orders the values but not the ties among
+    equal values; each run of equal values is then put in index order (one sort of the
+    keys ``run * n + index`` of the tied positions only), which is the stable order.
     """
-    bits = values.view(np.uint64)
-    order = np.argsort((bits >> np.uint64(32)).astype(np.uint16), kind="stable")
-    order = order[np.argsort((bits[order] >> np.uint64(48)).astype(np.uint16), kind="stable")]
-    return order[np.argsort(values[order], kind="stable")]
+    n = values.size
+    if n < QUICKSORT_FROM:
+        return np.argsort(values, kind="stable")
+    order = np.argsort(values)
+    ordered = values[order]
+    tie = ordered[1:] == ordered[:-1]  # (positive floats: no NaN)
+    if tie.any():
+        starts, ends = np.concatenate(([True], ~tie)), np.concatenate((~tie, [True]))  # of the runs
+        at = np.flatnonzero(~(starts & ends))  # the positions in runs of two or more
+        keys = np.cumsum(starts)[at] * n + order[at]  # (run number, index)
+        keys.sort()
+        order[at] = keys % n
+    return order
 
 
 def _power(base: np.ndarray, k: int) -> np.ndarray:

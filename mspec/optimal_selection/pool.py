@@ -57,10 +57,14 @@ MAX_DEPTH = 8
 EDGE_TOLERANCE = 1e-15
 
 
-def _piece_nu(base: float, k: int, fine: bool):
-    """``(H, window)``: ``H(m) = nu([0, m])`` and ``window(lo, hi) = nu([lo, hi])`` in the
-    coordinates of a piece whose top is at key ``1 - base``; with ``fine``, without
-    cancellation (``-base^K expm1(K log1p(-m / base))``: relative rounding)."""
+_SEAM = np.zeros(1)  # (the seam between front and back slots in _PoolPiece._certify_plain; never written)
+
+
+def _piece_nu(base: float, k: int, fine: bool, length: float):
+    """``(H, window, from_bottom)``: ``H(m) = nu([0, m])``, ``window(lo, hi) = nu([lo, hi])``
+    and ``from_bottom(lo, hi) = nu([P - hi, P - lo])`` in the coordinates of a piece of
+    length ``P`` whose top is at key ``1 - base``; with ``fine``, without cancellation
+    (``-base^K expm1(K log1p(-m / base))``: relative rounding)."""
     if fine:
         def big_h(m):
             return -(base**k) * np.expm1(k * np.log1p(-np.minimum(m, base) / base))
@@ -68,13 +72,24 @@ def _piece_nu(base: float, k: int, fine: bool):
         def window(lo, hi):
             w = base - lo
             return -(w**k) * np.expm1(k * np.log1p(-(hi - lo) / w))
+
+        def from_bottom(lo, hi):
+            return window(length - hi, length - lo)
     else:
         def big_h(m):
-            return base**k - np.maximum(base - m, 0.0) ** k
+            if not isinstance(m, np.ndarray):
+                return base**k - np.maximum(base - m, 0.0) ** k
+            rest = np.subtract(base, m)  # (the same, in one buffer: V long at full vocabulary)
+            np.maximum(rest, 0.0, out=rest)
+            rest **= k
+            return np.subtract(base**k, rest, out=rest)
 
         def window(lo, hi):
             return big_h(hi) - big_h(lo)
-    return big_h, window
+
+        def from_bottom(lo, hi):  # (one end at a time: fewer V-long temporaries at once)
+            return big_h(length - lo) - big_h(length - hi)
+    return big_h, window, from_bottom
 
 
 class _PoolPiece:
@@ -141,12 +156,13 @@ class _PoolPiece:
         # exact only to ~1e-16 base, not to ~1e-16 of the piece. Such a piece gets nu without
         # cancellation and its edges refined in m itself.
         fine = length < 0.5 * base and k > 1
-        big_h, window = _piece_nu(base, k, fine)
+        big_h, window, from_bottom = _piece_nu(base, k, fine, length)
         total = float(big_h(length))
         g = total / length if length > 0 else 0.0
         dens = targets / masses
         # the densities are sorted descending: front is a prefix, back a suffix
-        n_front, n_back = (int(np.sum(dens > g)), int(np.sum(dens < g))) if k > 1 else (0, 0)
+        n_front, n_back = (np.count_nonzero(dens > g), np.count_nonzero(dens < g)) if k > 1 else (0, 0)
+        del dens  # (V long at full vocabulary: not kept through the slots' temporaries)
         # with u = base - m the edge equations read u^K - g u = const; h = g at u_star
         u_star = min(max((g / k) ** (1.0 / (k - 1)), base - length), base) if k > 1 else base
         phi_star = u_star**k - g * u_star
@@ -162,7 +178,7 @@ class _PoolPiece:
             masses[n - n_back:][::-1], targets[n - n_back:][::-1], g,
             want=np.cumsum((g * masses[n - n_back:] - targets[n - n_back:])[::-1]),  # Psi(D_t)
             root=(lambda want: np.maximum(bottom_value - want, phi_star), lambda u: u - bottom, k, False, bottom),
-            window_nu=lambda lo, hi: window(length - hi, length - lo),
+            window_nu=from_bottom,
             extent=u_star - bottom, most=bottom_value - phi_star, denser=False)
         if fine:  # Phi(C) = H(C) - g C from the top, Psi(D) = g D - nu([P - D, P]) from the bottom
             front.refine = (lambda c: big_h(c) - g * c, lambda c: k * (base - c) ** (k - 1) - g, length)
@@ -297,10 +313,13 @@ class _PoolPiece:
         else:
             density = None
         owned_sum, worst = 0.0, 0.0
+        plain = None
+        if density is not None and not skip and self.front._first is None and self.back._first is None:
+            plain = self._certify_plain(dense, density)  # (the usual case: both sides at once)
         for front, side in ((True, self.front), (False, self.back)):
             if not side.size:
                 continue
-            checked = self._certify_side(front, side, skip, dense, density)
+            checked = self._certify_side(front, side, skip, dense, density) if plain is None else plain[front]
             if isinstance(checked, str):
                 return checked
             defect, owned_sum, worst = defect + checked[0], owned_sum + checked[1], max(worst, checked[2])
@@ -352,6 +371,39 @@ class _PoolPiece:
         else:
             error = self._without_pool(side.masses, side.targets, owned, held, dense)
         return defect, owned_sum, float(error.max() if checked is None else error[checked].max(initial=0.0))
+
+    def _certify_plain(self, dense: float, density: float):
+        """:meth:`_certify_side` for both sides at once (one vectorised pass), where no token
+        is grouped and there is a pool: ``{True: front's (defect, owned length, worst error),
+        False: back's}``, or ``None`` where a slot is reversed, longer than its token or not
+        finite (then :meth:`_certify_side` checks, and says what fails).
+
+        The same quantities as :meth:`_certify_side` in its usual case (every slot owned in
+        full), bit for bit, on the two sides' edges laid end to end (with a *seam* between
+        them, of width and mass 0, whose error is not read)."""
+        front, back, nf = self.front, self.back, self.front.size
+        edges = [side.edges if side.solved else side.edge(np.arange(side.size + 1)) for side in (front, back)]
+        joined = np.concatenate(edges)
+        width = np.subtract(joined[1:], joined[:-1])  # (np.diff, without its overhead)
+        width[nf] = 0.0  # (the seam)
+        over = width - np.concatenate((front.masses, _SEAM, back.masses))
+        if not (width.min() >= 0.0 and over.max() <= 0.0):  # (also a NaN)
+            return None
+        base = 1.0 - self.start
+        u = np.empty(joined.size)
+        np.subtract(base, edges[0], out=u[: nf + 1])
+        np.add(edges[1], base - self.length, out=u[nf + 1 :])
+        power = _power(np.maximum(u, 0.0, out=u), self.k)  # (1 - key)^K at every edge
+        held = np.subtract(power[1:], power[:-1])
+        np.negative(held[:nf], out=held[:nf])  # (front: nu from the top down)
+        over *= density
+        error = np.abs(np.subtract(held, over, out=over) - np.concatenate((front.targets, _SEAM, back.targets)))
+        out = {}
+        for is_front, side_edges, part in ((True, edges[0], error[:nf]), (False, edges[1], error[nf + 1 :])):
+            last = float(side_edges[-1])  # (no slot is reversed: only the end can stick out)
+            out[is_front] = (dense * max(last - self.length, 0.0), last - float(side_edges[0]),
+                             float(part.max(initial=0.0)))
+        return out
 
     @staticmethod
     def _slot_shares(front: bool, side, edges, width, power, nu_slot):
@@ -511,6 +563,8 @@ class _Side:
 
     def edge(self, i):
         """``edges[i]`` (an int or an index array), solving the missing ones."""
+        if self.solved:  # (nothing missing)
+            return self.edges[i]
         idx = np.atleast_1d(i)
         missing = idx[np.isnan(self.edges[idx])]
         if missing.size:  # (a repeated index is solved twice, to the same value)
@@ -537,7 +591,7 @@ class _Side:
         rhs = [side.rhs_of(side.want) for side in (front, back)]
         roots = _power_root_both(rhs[0], rhs[1], front.g, front.k, front.far, back.far)
         for side, part in zip((front, back), (roots[: front.size], roots[front.size :])):
-            side.edges[1:] = side._refined(np.clip(side.to_edge(part), 0.0, side.extent), slice(None))
+            side.edges[1:] = side._refined(np.minimum(np.maximum(side.to_edge(part), 0.0), side.extent), slice(None))
             np.maximum.accumulate(side.edges, out=side.edges)  # (rounding can cross neighbours)
             side.solved = True
 
@@ -547,14 +601,16 @@ class _Side:
             return True
         masses = self.masses
         if self.solved:  # every edge is known: check every slot
-            widths = np.diff(self.edges)
+            widths = self.edges[1:] - self.edges[:-1]
             too_long = np.flatnonzero(widths > masses * (1.0 + SLOT_TOLERANCE) + EDGE_TOLERANCE)
             return self._group_all(too_long)
         if self.size <= 64 or self.extent <= 0.0 or self.most <= 0.0:
             suspects = np.arange(self.size)
         else:
-            before = np.concatenate([[0.0], self.want[:-1]])
-            bound = self.extent * np.clip(before / self.most, 0.0, 1.0)  # >= edges[:-1] (chord)
+            bound = np.concatenate([[0.0], self.want[:-1]])  # (want before each token, then
+            np.divide(bound, self.most, out=bound)  # in place: fewer V-long arrays at once)
+            np.clip(bound, 0.0, 1.0, out=bound)
+            bound *= self.extent  # >= edges[:-1] (chord)
             held = self.window_nu(bound, bound + masses)
             fits = held >= self.targets if self.denser else held <= self.targets
             suspects = np.flatnonzero(~fits)

@@ -16,6 +16,9 @@ from .induced import _power
 NEWTON_STEP_TOLERANCE = 1e-15
 
 
+_TINY = float(np.finfo(float).tiny)  # (looked up once: np.finfo costs microseconds a call)
+
+
 #: below this u* (a piece within ~1e-12 of key 1) powers of u may underflow: slot edges are
 #: then solved with overflow tolerated and clamped into their branch
 DELICATE_U = 1e-12
@@ -144,7 +147,7 @@ def _newton(starts: np.ndarray, rhs: np.ndarray, g: float, k: int, sign, phi_sta
     z, r = u[active], rhs[active]
     sign = sign if np.isscalar(sign) else sign[active]
     # the slope keeps its branch's sign (it is 0 only at u*, which the iterates never pass)
-    tiny = np.finfo(float).tiny
+    tiny = _TINY
     # the rounding level of each residual u^K - g u - rhs (its scale taken at the start, which
     # is close to the root): below it the root is as good as the data (near u* the root is
     # ill-conditioned, and Newton would only creep by rounding noise / slope)
@@ -165,7 +168,7 @@ def _newton(starts: np.ndarray, rhs: np.ndarray, g: float, k: int, sign, phi_sta
         value -= r
         if step_count >= 8:  # the stragglers: converged entries leave one by one
             settled = np.abs(value) <= noise
-        elif step_count >= 2 and np.all(np.abs(value) <= noise):  # (from these starts Newton needs 3+ steps)
+        elif step_count >= 2 and (np.abs(value) <= noise).all():  # (from these starts Newton needs 3+ steps)
             break
         step = np.divide(value, slope, out=value)
         z -= step

@@ -132,7 +132,7 @@ class OptimalSelection(SelectionScheme):
         built = None
         if atoms == "buckets" or (atoms == "auto" and self.vocab_size >= BUCKET_MIN_VOCAB):
             built = _Atoms.buckets(p, q, k, self.fallbacks, self.certify_tolerance, fast)
-        if built is not None and not (np.all(np.isfinite(built.x)) and built.x.min() >= 0.0):
+        if built is not None and not (built.x.min() >= 0.0 and built.x.max() < np.inf):  # (NaN fails too)
             self.fallbacks.append("buckets -> tokens: an atom's x is not finite and >= 0")
             built = None
         self.atoms = built if built is not None else _Atoms.tokens(p, q, k)
@@ -230,7 +230,7 @@ class OptimalSelection(SelectionScheme):
         if self.blocks.size == 2:  # one piece (fact 6 always)
             j, i = 0, a
         else:
-            j = int(np.searchsorted(self.blocks, a, side="right")) - 1
+            j = int(self.blocks.searchsorted(a, side="right")) - 1
             i = int(a - self.blocks[j])
         if check:
             certify_atom_before_use(self, j, i, a)
@@ -334,6 +334,15 @@ class OptimalSelection(SelectionScheme):
                 probs_of[u] = self._point_wins(u, points, cont, counts, cuts, before_cut)
         return probs_of[np.searchsorted(unique, tokens)]
 
+    def selection_law(self, tokens: np.ndarray) -> dict[int, float]:
+        """P(select token y | drafted ``tokens``) as ``{y: probability}`` (validated tokens):
+        :meth:`selection_probabilities` summed over the drafts holding each token, as
+        :meth:`mspec.two_step.TwoStepScheme.selection_law` gives it."""
+        law: dict[int, float] = {}
+        for y, prob in zip(tokens.tolist(), self.selection_probabilities(tokens)):
+            law[int(y)] = law.get(int(y), 0.0) + float(prob)
+        return law
+
     def _realised_laws(self, unique: np.ndarray):
         """Each token's key law as realised: ``(n, 3)`` rows ``(start, end, weight)`` scaled to
         a largest weight of 1, or ``None`` with its point in ``points`` when the law has no
@@ -388,7 +397,7 @@ class OptimalSelection(SelectionScheme):
             i = contenders[0]  # (drafts of one token: any of them is that token)
         else:
             for i in contenders:  # every key law certified before any key is drawn from one
-                self._locate(int(tokens[i]))
+                certify_atom_before_use(self, *where[i])  # (in a piece of atoms: where[i] is known)
             keys = [self._sample_key(int(tokens[i]), rng.random()) for i in contenders]
             i = contenders[int(np.argmin(keys))]
         y = int(tokens[i])

@@ -186,7 +186,7 @@ class _Spread:
         for side, units in ((piece.front, np.arange(n_front)), (piece.back, n - 1 - np.arange(n_back))):
             if side.size:
                 edges = side.edge(np.arange(side.size + 1))
-                width = np.diff(edges)
+                width = edges[1:] - edges[:-1]
                 side_own = np.where(width > 0.0, np.minimum(width, side.masses), 0.0)
                 if side._first is not None:  # members of a group own their share of the group's slot
                     members = np.flatnonzero(side._first >= 0)
@@ -195,14 +195,14 @@ class _Spread:
                 own[units] = side_own
         front = np.arange(n) < n_front
         gap = u_q - g * u_p  # > 0 in front, < 0 at the back
-        if np.any(own <= 0.0) or np.any(np.where(front, gap <= 0.0, gap >= 0.0)):
+        if (own <= 0.0).any() or np.where(front, gap <= 0.0, gap >= 0.0).any():
             return None
         mean = g + gap / own  # d_u, the mean density of unit u's own part
         # 0 <= l_t <= p_t: every token on its unit's side of g, and b_t <= d_u (front) or
         # b_t >= d_u (back); the ratios of unit u lie in [u_lo, u_hi]
         tol = SLOT_TOLERANCE
         side_ok = np.where(front, u_lo >= g * (1.0 - tol), u_hi <= g * (1.0 + tol))
-        if not np.all(side_ok):
+        if not side_ok.all():
             return None
         fits = np.where(front, u_hi <= mean * (1.0 + tol), u_lo >= mean * (1.0 - tol))
         return piece, own, gap, g, np.flatnonzero(~fits)
@@ -277,6 +277,8 @@ class _BucketTokens:
         self._counts = None  # tokens per bucket atom, counted when first needed
 
     def fetch(self, atoms) -> None:
+        if not len(atoms):
+            return
         need = sorted({int(a) for a in atoms} - self._tokens.keys())
         if not need:
             return
@@ -308,13 +310,13 @@ def _optimum_is_one(p_a, q_a, r_lo, r_hi, k, tokens: _BucketTokens) -> bool:
     c = np.minimum(p_rest, 1.0) ** k  # 1 - f at the bucket ends
     margin = 1.0 + CERTIFICATE_MARGIN
     # at the bucket ends (the first is 1 = 1) ...
-    if np.any(q_rest[1:-1] < c[1:-1] * margin):
+    if (q_rest[1:-1] < c[1:-1] * margin).any():
         return False
     # ... and inside bucket a, after draft mass s of it: q(R) >= q_rest[a + 1] +
     # max(Q_a - r_hi s, r_lo (P_a - s)), a convex bound whose kink is its worst point
     # against the chord of the convex 1 - f
     with np.errstate(divide="ignore", invalid="ignore"):
-        kink = np.clip((q_a - r_lo * p_a) / (r_hi - r_lo), 0.0, p_a)
+        kink = np.minimum(np.maximum((q_a - r_lo * p_a) / (r_hi - r_lo), 0.0), p_a)  # (np.clip, faster)
     bound = q_rest[1:] + np.maximum(q_a - r_hi * kink, r_lo * (p_a - kink))
     chord = c[:-1] + (c[1:] - c[:-1]) * (kink / p_a)
     loose = np.flatnonzero(bound < chord * margin)
