@@ -11,6 +11,17 @@ import itertools
 
 import numpy as np
 import pytest
+from round_cases import (
+    HOSTILE,
+    assert_rows_hold_prefix,
+    assert_valid_law,
+    cached,
+    hostile_models,
+    model_pairs,
+    round_arrays,
+    tempered,
+    value,
+)
 from sampling import chi2_pvalue
 
 from mspec import traversal_verification as tv
@@ -31,19 +42,6 @@ from mspec.traversal_verification import (
 
 
 # --- helpers -------------------------------------------------------------------------------
-def cached(lm):
-    """The same model, memoised per context (the tiny models seed a generator per call)."""
-    return functools.lru_cache(maxsize=None)(lambda c: lm(tuple(c)))
-
-
-def round_arrays(draft_lms, target_lm, context, blocks):
-    """``(drafted (K, L), draft_probs (K, L, V), target_probs (K, L + 1, V), P(blocks))`` for
-    the K drafted ``blocks``, draft ``i`` drawn from ``draft_lms[i]``."""
-    length = len(blocks[0])
-    draft = np.array([[lm(context + b[:j]) for j in range(length)] for lm, b in zip(draft_lms, blocks)])
-    target = np.array([[target_lm(context + b[:j]) for j in range(length + 1)] for b in blocks])
-    weight = float(np.prod([draft[i, j, b[j]] for i, b in enumerate(blocks) for j in range(length)]))
-    return np.array(blocks), draft, target, weight
 
 
 def emitted_law(draft_lms, target_lm, vocab, length, context, law_of=traversal_verification_law):
@@ -69,34 +67,6 @@ def lossless_error(draft_lms, target_lm, vocab, length, law_of=traversal_verific
     got = next_tokens_law(emitted, length + 2)
     assert set(got) <= set(want)  # (only token strings of the right length)
     return max(abs(got.get(w, 0.0) - p) for w, p in want.items()), emitted(())
-
-
-def value(law):
-    return sum(len(w) * m for w, m in law.items())
-
-
-def tempered(lm, temperature):
-    """``lm`` at a temperature: its probabilities to the power ``1 / T``, normalised."""
-    def out(c):
-        p = lm(c) ** (1.0 / temperature)
-        return p / p.sum()
-    return out
-
-
-def model_pairs():
-    """Seeded tiny (draft, target) pairs with (V, L): small enough to enumerate every round."""
-    rng = np.random.default_rng(0)
-    for seed in range(3):
-        for vocab, length in [(2, 2), (3, 2), (2, 3)]:
-            draft, target = tiny_lm_pair(vocab, seed=seed, draft_temperature=float(rng.uniform(0.6, 2.0)),
-                                         draft_noise=float(rng.uniform(0.2, 2.0)))
-            yield vocab, length, cached(draft), cached(target)
-
-
-def assert_valid_law(law, vocab, length):
-    assert all(np.isfinite(m) and m >= 0.0 for m in law.values())
-    assert sum(law.values()) == pytest.approx(1.0, abs=1e-12)
-    assert all(1 <= len(w) <= length + 1 and all(0 <= y < vocab for y in w) for w in law)
 
 
 # --- (a) lossless ----------------------------------------------------------------------------
@@ -242,42 +212,6 @@ def test_eos_caps_the_count():
 
 
 # --- (d) hostile inputs ----------------------------------------------------------------------------
-def hostile_models(case, vocab):
-    base_draft, base_target = tiny_lm_pair(vocab, seed=5)
-    if case == "one-hot target":  # top-p with one survivor
-        return base_draft, lambda c: np.eye(vocab)[(len(c) + sum(c)) % vocab]
-    if case == "zeros in the draft":
-        def draft(c):  # one token the draft never proposes, moving with the context
-            p = base_draft(c) * (np.arange(vocab) != len(c) % vocab)
-            return p / p.sum()
-        return draft, base_target
-    if case == "draft = target":
-        return base_target, base_target
-    if case == "disjoint supports":
-        return context_free([0.0, 0.5, 0.5]), context_free([1.0, 0.0, 0.0])
-    if case == "tiny entries":  # 1e-300 and subnormal masses on both sides
-        def draft(c):
-            p = base_draft(c).copy()
-            p[len(c) % vocab] = 5e-324
-            return p / p.sum()
-
-        def target(c):
-            q = base_target(c).copy()
-            q[(len(c) + 1) % vocab] = 1e-300
-            q[len(c) % vocab] = 5e-324 if sum(c) % 2 else q[len(c) % vocab]
-            return q / q.sum()
-        return draft, target
-    if case == "ratio ties":  # q / p = 1.6, 1.6, 0.4
-        return context_free([0.25, 0.25, 0.5]), context_free([0.4, 0.4, 0.2])
-    if case == "target temperature 0.01":
-        return base_draft, tempered(base_target, 0.01)
-    if case == "target temperature 5":
-        return base_draft, tempered(base_target, 5.0)
-    raise AssertionError(case)
-
-
-HOSTILE = ["one-hot target", "zeros in the draft", "draft = target", "disjoint supports", "tiny entries",
-           "ratio ties", "target temperature 0.01", "target temperature 5"]
 
 
 @pytest.mark.parametrize("case", HOSTILE)
@@ -400,15 +334,6 @@ def test_broken_control_fails_the_chi_square(monkeypatch):
 
 
 # --- (f) what the sampler returns --------------------------------------------------------------------
-def assert_rows_hold_prefix(drafted, emitted, rows):
-    """``rows`` are exactly the drafts whose first ``len(emitted) - 1`` tokens were kept."""
-    kept = len(emitted) - 1
-    assert 0 <= kept <= drafted.shape[1]
-    assert all(isinstance(y, int) and 0 <= y for y in emitted)
-    holding = [r for r in range(drafted.shape[0]) if list(drafted[r, :kept]) == list(emitted[:-1])]
-    assert holding and sorted(rows) == holding
-
-
 def test_sampler_returns_valid_tokens_and_the_rows_holding_the_prefix():
     for vocab, length, draft, target in model_pairs():
         rng = np.random.default_rng(vocab * 10 + length)

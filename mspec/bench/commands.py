@@ -340,17 +340,14 @@ def _experiments(args) -> int:
 PAPER_RUN_OUT = "results/offline_default"
 
 
-def _paper_run_arguments(parser) -> None:
-    from ..experiments import paper_run as pr
+def _results_file_arguments(parser, name: str, temperature_help: str, seed: int) -> None:
+    """Options of a command that writes a committed results file ``name``."""
     from ..models import DEFAULT_PRESET, PRESETS
 
-    d, q = pr.PaperRunSettings, pr.QUICK
     parser.add_argument("--preset", default=DEFAULT_PRESET, choices=PRESETS,
                         help=f"model pair (mspec.models.load_pair; default {DEFAULT_PRESET!r}, offline)")
     parser.add_argument("--out", default=PAPER_RUN_OUT,
-                        help=f"folder of the results file paper_run.json (default {PAPER_RUN_OUT}/, committed)")
-    parser.add_argument("--work", default=f"{DEFAULT_OUT}/paper-run",
-                        help="folder of the rounds' resumable CSV rows (default %(default)s/; gitignored)")
+                        help=f"folder of the results file {name} (default {PAPER_RUN_OUT}/, committed)")
     parser.add_argument("--quick", action="store_true", help="small settings: a minute or two on a CPU")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (torch.set_num_threads); the committed run used 1")
@@ -358,9 +355,18 @@ def _paper_run_arguments(parser) -> None:
                         help="where prompts come from (default auto; the committed run: local)")
     parser.add_argument("--datasets", nargs="+", default=None, choices=DATASETS,
                         help=f"datasets (default {_words(DATASETS)})")
-    parser.add_argument("--draft-temperature", type=float, default=None,
-                        help=f"the default regime's draft temperature (default {d.draft_temperature})")
-    parser.add_argument("--seed", type=int, default=None, help=f"base seed (default {d.seed})")
+    parser.add_argument("--draft-temperature", type=float, default=None, help=temperature_help)
+    parser.add_argument("--seed", type=int, default=None, help=f"base seed (default {seed})")
+
+
+def _paper_run_arguments(parser) -> None:
+    from ..experiments import paper_run as pr
+
+    d, q = pr.PaperRunSettings, pr.QUICK
+    _results_file_arguments(parser, "paper_run.json", f"the default regime's draft temperature "
+                                                      f"(default {d.draft_temperature})", d.seed)
+    parser.add_argument("--work", default=f"{DEFAULT_OUT}/paper-run",
+                        help="folder of the rounds' resumable CSV rows (default %(default)s/; gitignored)")
     for option, field, what in (
             ("--prompts", "prompts", "prompts per dataset, token level"),
             ("--positions", "positions", "positions per prompt, token level"),
@@ -415,22 +421,10 @@ def _paper_run(args) -> int:
 
 def _round_rules_arguments(parser) -> None:
     from ..experiments import round_rules as rr
-    from ..models import DEFAULT_PRESET, PRESETS
 
     d, q = rr.RoundRulesSettings, rr.RoundRulesSettings.QUICK
-    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=PRESETS,
-                        help=f"model pair (mspec.models.load_pair; default {DEFAULT_PRESET!r}, offline)")
-    parser.add_argument("--out", default=PAPER_RUN_OUT,
-                        help=f"folder of the results file round_rules.json (default {PAPER_RUN_OUT}/, committed)")
-    parser.add_argument("--quick", action="store_true", help="small settings: a minute or two on a CPU")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (torch.set_num_threads)")
-    parser.add_argument("--data-source", default=None, choices=DATA_SOURCES,
-                        help="where prompts come from (default auto; the committed run: local)")
-    parser.add_argument("--datasets", nargs="+", default=None, choices=DATASETS,
-                        help=f"datasets (default {_words(DATASETS)})")
-    parser.add_argument("--draft-temperature", type=float, default=None,
-                        help=f"draft temperature (default {d.draft_temperature})")
-    parser.add_argument("--seed", type=int, default=None, help=f"base seed (default {d.seed})")
+    _results_file_arguments(parser, "round_rules.json", f"draft temperature (default {d.draft_temperature})",
+                            d.seed)
     for option, field, what in (("--prompts", "prompts", "prompts per dataset"),
                                 ("--seeds", "seeds", "seeds per prompt"),
                                 ("--max-new-tokens", "max_new_tokens", "tokens per reference generation"),
