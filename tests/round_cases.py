@@ -98,3 +98,26 @@ def assert_rows_hold_prefix(drafted, emitted, rows):
     assert all(isinstance(y, int) and 0 <= y for y in emitted)
     holding = [r for r in range(drafted.shape[0]) if list(drafted[r, :kept]) == list(emitted[:-1])]
     assert holding and sorted(rows) == holding
+
+
+#: the (V, L) of :func:`model_pairs` whose rounds are enumerated for K drafts (V^(L K) tuples
+#: per context: larger K, smaller models)
+LOSSLESS_SIZES = {1: [(2, 2), (3, 2), (2, 3)], 2: [(2, 2), (3, 2), (2, 3)], 3: [(2, 2)], 4: [(2, 2)]}
+
+
+def lossless_cases(num_drafts):
+    """The :func:`model_pairs` enumerated for ``num_drafts`` drafts (at least three)."""
+    cases = [case for case in model_pairs() if case[:2] in LOSSLESS_SIZES[num_drafts]]
+    assert len(cases) >= 3
+    return cases
+
+
+def sample_blocks(rng, draft_lm, vocab, length, k):
+    """``k`` blocks of ``length`` tokens drawn from ``draft_lm``, as tuples."""
+    blocks = []
+    for _ in range(k):
+        block = ()
+        for _ in range(length):
+            block += (int(rng.choice(vocab, p=draft_lm(block))),)
+        blocks.append(block)
+    return blocks

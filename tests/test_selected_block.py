@@ -17,8 +17,10 @@ from round_cases import (
     assert_valid_law,
     cached,
     hostile_models,
+    lossless_cases,
     model_pairs,
     round_arrays,
+    sample_blocks,
     value,
 )
 from sampling import chi2_pvalue
@@ -93,15 +95,10 @@ def lossless_error(draft_lm, target_lm, vocab, length, num_drafts, scheme="optim
 @pytest.mark.parametrize("num_drafts", [1, 2, 3, 4])
 def test_lossless_with_the_optimal_selection(num_drafts, memo_schemes):
     # The next L + 2 tokens, over as many rounds as it takes, have the target's law (1e-12).
-    sizes = {1: [(2, 2), (3, 2), (2, 3)], 2: [(2, 2), (3, 2), (2, 3)], 3: [(2, 2)], 4: [(2, 2)]}[num_drafts]
-    checked = 0
-    for vocab, length, draft, target in model_pairs():
-        if (vocab, length) in sizes:
-            error, law = lossless_error(draft, target, vocab, length, num_drafts)
-            assert error < 1e-12
-            assert_valid_law(law, vocab, length)
-            checked += 1
-    assert checked >= 3
+    for vocab, length, draft, target in lossless_cases(num_drafts):
+        error, law = lossless_error(draft, target, vocab, length, num_drafts)
+        assert error < 1e-12
+        assert_valid_law(law, vocab, length)
 
 
 @pytest.mark.parametrize("scheme", ["is", "canonical"])
@@ -217,12 +214,7 @@ def test_sixteen_drafts(case, memo_schemes):
     draft, target = (cached(f) for f in hostile_models(case, vocab))
     rng = np.random.default_rng(16)
     for _ in range(3):
-        blocks = []
-        for _i in range(k):
-            b = ()
-            for _j in range(length):
-                b += (int(rng.choice(vocab, p=draft(b))),)
-            blocks.append(b)
+        blocks = sample_blocks(rng, draft, vocab, length, k)
         drafted, d, t, _ = round_arrays(draft, target, (), blocks)
         law = selected_block_law(drafted, d, t)
         assert_valid_law(law, vocab, length)

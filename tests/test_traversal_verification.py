@@ -17,8 +17,10 @@ from round_cases import (
     assert_valid_law,
     cached,
     hostile_models,
+    lossless_cases,
     model_pairs,
     round_arrays,
+    sample_blocks,
     tempered,
     value,
 )
@@ -74,15 +76,10 @@ def lossless_error(draft_lms, target_lm, vocab, length, law_of=traversal_verific
 def test_lossless_with_identical_drafts(num_drafts):
     # The next L + 2 tokens, over as many rounds as it takes, have the target's law (1e-12)
     # for K i.i.d. drafted blocks (V^(L K) tuples enumerated per context).
-    sizes = {1: [(2, 2), (3, 2), (2, 3)], 2: [(2, 2), (3, 2), (2, 3)], 3: [(2, 2)], 4: [(2, 2)]}[num_drafts]
-    checked = 0
-    for vocab, length, draft, target in model_pairs():
-        if (vocab, length) in sizes:
-            error, law = lossless_error((draft,) * num_drafts, target, vocab, length)
-            assert error < 1e-12
-            assert_valid_law(law, vocab, length)
-            checked += 1
-    assert checked >= 3
+    for vocab, length, draft, target in lossless_cases(num_drafts):
+        error, law = lossless_error((draft,) * num_drafts, target, vocab, length)
+        assert error < 1e-12
+        assert_valid_law(law, vocab, length)
 
 
 @pytest.mark.parametrize("temperatures", [(0.7, 1.8), (1.8, 0.7), (0.6, 1.3, 2.5)])
@@ -234,12 +231,7 @@ def test_sixteen_drafts(case):
     draft, target = (cached(f) for f in hostile_models(case, vocab))
     rng = np.random.default_rng(16)
     for _ in range(5):
-        blocks = []
-        for _i in range(k):
-            b = ()
-            for _j in range(length):
-                b += (int(rng.choice(vocab, p=draft(b))),)
-            blocks.append(b)
+        blocks = sample_blocks(rng, draft, vocab, length, k)
         drafted, d, t, _ = round_arrays((draft,) * k, target, (), blocks)
         law = traversal_verification_law(drafted, d, t)
         assert_valid_law(law, vocab, length)

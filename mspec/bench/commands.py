@@ -359,6 +359,14 @@ def _results_file_arguments(parser, name: str, temperature_help: str, seed: int)
     parser.add_argument("--seed", type=int, default=None, help=f"base seed (default {seed})")
 
 
+def _int_options(parser, defaults, quick: dict, options) -> None:
+    """Integer options ``(option, settings field, what)``; the help gives the settings'
+    default (``defaults``) and quick value (``quick``, else the default)."""
+    for option, field, what in options:
+        full = getattr(defaults, field)
+        parser.add_argument(option, type=int, default=None, help=_quick_help(what, full, quick.get(field, full)))
+
+
 def _paper_run_arguments(parser) -> None:
     from ..experiments import paper_run as pr
 
@@ -367,16 +375,14 @@ def _paper_run_arguments(parser) -> None:
                                                       f"(default {d.draft_temperature})", d.seed)
     parser.add_argument("--work", default=f"{DEFAULT_OUT}/paper-run",
                         help="folder of the rounds' resumable CSV rows (default %(default)s/; gitignored)")
-    for option, field, what in (
-            ("--prompts", "prompts", "prompts per dataset, token level"),
-            ("--positions", "positions", "positions per prompt, token level"),
-            ("--max-chars", "max_chars", "XSum documents are cut to this many characters"),
-            ("--rounds-prompts", "rounds_prompts", "prompts of the block efficiency, default regime"),
-            ("--paper-rounds-prompts", "paper_rounds_prompts", "prompts of the block efficiency, paper regime"),
-            ("--rounds-seeds", "rounds_seeds", "seeds per prompt of the block efficiency"),
-            ("--rounds-max-new-tokens", "rounds_max_new_tokens", "tokens per reference generation")):
-        parser.add_argument(option, type=int, default=None,
-                            help=_quick_help(what, getattr(d, field), q.get(field, getattr(d, field))))
+    _int_options(parser, d, q, (
+        ("--prompts", "prompts", "prompts per dataset, token level"),
+        ("--positions", "positions", "positions per prompt, token level"),
+        ("--max-chars", "max_chars", "XSum documents are cut to this many characters"),
+        ("--rounds-prompts", "rounds_prompts", "prompts of the block efficiency, default regime"),
+        ("--paper-rounds-prompts", "paper_rounds_prompts", "prompts of the block efficiency, paper regime"),
+        ("--rounds-seeds", "rounds_seeds", "seeds per prompt of the block efficiency"),
+        ("--rounds-max-new-tokens", "rounds_max_new_tokens", "tokens per reference generation")))
     parser.add_argument("--sweep-temperatures", type=float, nargs="+", default=None,
                         help=_quick_help("draft temperatures of the sweep", d.sweep_temperatures,
                                          q["sweep_temperatures"]))
@@ -425,12 +431,10 @@ def _round_rules_arguments(parser) -> None:
     d, q = rr.RoundRulesSettings, rr.RoundRulesSettings.QUICK
     _results_file_arguments(parser, "round_rules.json", f"draft temperature (default {d.draft_temperature})",
                             d.seed)
-    for option, field, what in (("--prompts", "prompts", "prompts per dataset"),
+    _int_options(parser, d, q, (("--prompts", "prompts", "prompts per dataset"),
                                 ("--seeds", "seeds", "seeds per prompt"),
                                 ("--max-new-tokens", "max_new_tokens", "tokens per reference generation"),
-                                ("--draft-length", "draft_length", "L")):
-        parser.add_argument(option, type=int, default=None,
-                            help=_quick_help(what, getattr(d, field), q.get(field, getattr(d, field))))
+                                ("--draft-length", "draft_length", "L")))
     parser.add_argument("--drafts-k", type=int, nargs="+", default=None,
                         help=_quick_help("values of K", d.drafts_k, q["drafts_k"]))
     parser.add_argument("--timing-tokens", type=int, default=24,
