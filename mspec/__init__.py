@@ -6,39 +6,38 @@ The paper writes the draft distribution as ``p`` and the target as ``q``; every 
 function here takes them as ``draft=`` and ``target=``.
 
 Token level (numpy/scipy) is imported here; the sequence level (torch + transformers)
-lives in :mod:`mspec.models`, :mod:`mspec.decoding`, :mod:`mspec.data` and
-:mod:`mspec.metrics`, imported explicitly so ``import mspec`` stays light.
+lives in :mod:`mspec.lm.models`, :mod:`mspec.lm.decoding`, :mod:`mspec.lm.data` and
+:mod:`mspec_lab.metrics`, imported explicitly so ``import mspec`` stays light.
 """
 
-from .canonical import CanonicalScheme, solve_canonical_lp
-from .closed_form import acceptance_is_one, optimal_acceptance
-from .distributions import check_distribution, distribution_from_logits
-from .exact import output_distribution
-from .figures import figure2_curves
-from .importance import ImportanceSampling
-from .lp import LPFallbackWarning, LPSolveError
-from .optimal import OptimalLP, solve_optimal_lp
-from .optimal_selection import OptimalSelection, lex_optimal_induced
-from .registry import SCHEMES, get_scheme, make_scheme
-from .selection import SchemeError, Selection, SelectionScheme
-from .two_step import TwoStepScheme
-from .single import SingleDraft, single_draft_acceptance, single_draft_sample
-from .specinfer import SpecInfer, specinfer_acceptance, specinfer_sample
-from .spectr import SpecTr, spectr_acceptance, spectr_sample
+from mspec.schemes.canonical import CanonicalScheme, solve_canonical_lp
+from mspec.schemes.closed_form import acceptance_is_one, optimal_acceptance
+from mspec.distributions import check_distribution, distribution_from_logits
+from mspec.schemes.exact import output_distribution
+from mspec.plots.figure2 import figure2_curves
+from mspec.schemes.importance import ImportanceSampling
+from mspec.schemes.lp import LPFallbackWarning, LPSolveError
+from mspec.schemes.optimal_lp import OptimalLP, solve_optimal_lp
+from mspec.schemes.optimal_selection import OptimalSelection, lex_optimal_induced
+from mspec.schemes.registry import SCHEMES, get_scheme, make_scheme
+from mspec.schemes.selection import SchemeError, Selection, SelectionScheme
+from mspec.schemes.two_step import TwoStepScheme
+from mspec.schemes.single import SingleDraft, single_draft_acceptance, single_draft_sample
+from mspec.schemes.specinfer import SpecInfer, specinfer_acceptance, specinfer_sample
+from mspec.schemes.spectr import SpecTr, spectr_acceptance, spectr_sample
 
 __version__ = "0.1.0"
 
 # Sequence-level names, imported on first use so that `import mspec` needs no torch.
 _LAZY = {
-    "speculative_generate": "decoding",
-    "autoregressive_generate": "decoding",
-    "generate_with_baselines": "decoding",
-    "expected_round_tokens": "decoding",
-    "GenerationResult": "decoding",
-    "load_pair": "models",
-    "make_pair": "models",
-    "ModelPair": "models",
-    "load_prompts": "data",
+    "speculative_generate": "mspec.lm.decoding",
+    "autoregressive_generate": "mspec.lm.decoding",
+    "generate_with_baselines": "mspec.lm.decoding",
+    "expected_round_tokens": "mspec.lm.decoding",
+    "GenerationResult": "mspec.lm.decoding",
+    "make_pair": "mspec.lm.models",
+    "ModelPair": "mspec.lm.models",
+    "load_prompts": "mspec.lm.data",
 }
 
 
@@ -46,7 +45,7 @@ def __getattr__(name):
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'mspec' has no attribute {name!r}")
 
 __all__ = [

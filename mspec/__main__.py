@@ -6,7 +6,7 @@ distribution is p, the target q.
 
 import numpy as np
 
-from .registry import SCHEMES, make_scheme
+from mspec.schemes.registry import SCHEMES, make_scheme
 
 EXAMPLES = {
     "paper Fig. 2 (p uniform, q = [1/3, 0.5, 1/6])": ([1 / 3, 1 / 3, 1 / 3], [1 / 3, 0.5, 1 / 6]),

@@ -1,6 +1,6 @@
 """Synthetic draft/target pairs shaped like language-model next-token distributions.
 
-Speed benchmarks (``mspec.bench``), tests and notebooks need distributions at a real
+Speed benchmarks (``mspec_lab.bench``), tests and notebooks need distributions at a real
 vocabulary size without loading a model: :func:`lm_like_pair` draws them from random
 logits, with numpy only. Paper notation: the draft is ``p``, the target ``q``.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .distributions import distribution_from_logits
+from mspec.distributions import distribution_from_logits
 
 __all__ = ["DRAFT_LOGIT_NOISE", "LOGIT_SPREAD", "OPT_VOCAB_SIZE", "lm_like_pair"]
 

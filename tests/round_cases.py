@@ -6,7 +6,7 @@ import functools
 import numpy as np
 import pytest
 
-from mspec.rounds import context_free, tiny_lm_pair
+from mspec.rounds.optimum import context_free, tiny_lm_pair
 
 
 def cached(lm):

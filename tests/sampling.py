@@ -6,7 +6,7 @@ import math
 import numpy as np
 from scipy.stats import chisquare
 
-from mspec.exact import output_distribution
+from mspec.schemes.exact import output_distribution
 
 
 def sample_counts(scheme, n, seed):

@@ -1,4 +1,4 @@
-"""Block verification for one draft (mspec.block_verification) against the exact round optimum.
+"""Block verification for one draft (mspec.rounds.block) against the exact round optimum.
 
 Paper notation: the draft model p, the target q.
 """
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from sampling import chi2_pvalue
 
-from mspec.block_verification import (
+from mspec.rounds.block import (
     block_verification_law,
     block_verify,
     expected_block_tokens,
 )
-from mspec.rounds import (
+from mspec.rounds.optimum import (
     context_free,
     next_tokens_law,
     per_position_value,
@@ -57,7 +57,7 @@ def model_pairs():
 def test_lossless_over_several_rounds_and_equal_to_the_round_optimum():
     # Enumeration on tiny models: the next L + 2 tokens over as many rounds as it takes have
     # the target's law (1e-12), and the expected tokens per round is the exact round optimum
-    # for one draft (the linear program of mspec.rounds), never below token by token.
+    # for one draft (the linear program of mspec.rounds.optimum), never below token by token.
     for vocab, length, (draft, target) in model_pairs():
         emitted = functools.lru_cache(maxsize=None)(functools.partial(emitted_law, draft, target, vocab, length))
         want = target_tokens_law(target, vocab=vocab, count=length + 2)

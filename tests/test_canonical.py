@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from mspec.canonical import CanonicalScheme, _tuple_weights, induced_distribution, solve_canonical_lp
-from mspec.exact import output_distribution
-from mspec.optimal import OptimalLP
-from mspec.selection import residual
+from mspec.schemes.canonical import CanonicalScheme, _tuple_weights, induced_distribution, solve_canonical_lp
+from mspec.schemes.exact import output_distribution
+from mspec.schemes.optimal_lp import OptimalLP
+from mspec.schemes.selection import residual
 from sampling import assert_exact_law, chi2_pvalue, expected_accept_probability, sample_counts
 from strategies import draft_target, random_case, random_cases
 

@@ -22,8 +22,8 @@ import plotly.graph_objects as go
 import pytest
 
 import mspec
-from mspec.canonical import CanonicalScheme, induced_distribution
-from mspec.display import with_two_precomputed_sliders
+from mspec.schemes.canonical import CanonicalScheme, induced_distribution
+from mspec.plots.display import with_two_precomputed_sliders
 
 
 def proof_weights(scheme):

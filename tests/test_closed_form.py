@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 import mspec
-from mspec.closed_form import (
+from mspec.schemes.closed_form import (
     acceptance_is_one,
     brute_force_acceptance,
     optimal_acceptance,
     optimal_subset,
     prefix_order,
 )
-from mspec.figures import figure2_curves, figure2_optimal_exact
-from mspec.optimal import OptimalLP
+from mspec.plots.figure2 import figure2_curves, figure2_optimal_exact
+from mspec.schemes.optimal_lp import OptimalLP
 from strategies import random_case, softmax_pair
 
 
@@ -170,10 +170,10 @@ def test_figure2_facts(panel, top, ones):
 
 
 def test_figure2_lives_outside_the_closed_form_module():
-    import mspec.closed_form
+    import mspec.schemes.closed_form
 
     assert mspec.figure2_curves is figure2_curves
-    assert not hasattr(mspec.closed_form, "figure2_curves")  # closed_form is pure math
+    assert not hasattr(mspec.schemes.closed_form, "figure2_curves")  # closed_form is pure math
 
 
 def test_figure2_custom_family_and_grid():

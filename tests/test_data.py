@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mspec.data import (
+from mspec.lm.data import (
     BUILTIN,
     DATA_DIR_ENV,
     DATASETS,

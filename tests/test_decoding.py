@@ -1,4 +1,4 @@
-"""Sequence-level speculative decoding (mspec.decoding) on tiny random OPT models.
+"""Sequence-level speculative decoding (mspec.lm.decoding) on tiny random OPT models.
 
 The statistical losslessness test lives in tests/test_decoding_lossless.py.
 """
@@ -10,8 +10,10 @@ import pytest
 import torch
 from transformers import OPTConfig, OPTForCausalLM
 
-from mspec import decoding, registry
-from mspec.decoding import autoregressive_generate, generate_with_baselines, speculative_generate
+from mspec.lm import decoding
+
+from mspec.schemes import registry
+from mspec.lm.decoding import autoregressive_generate, generate_with_baselines, speculative_generate
 
 torch.set_num_threads(1)
 
@@ -124,7 +126,7 @@ def test_output_and_metrics(models):
 
 def test_scheme_is_built_only_for_two_or_more_alive_drafts(models, monkeypatch):
     """A position with one alive draft runs single-draft sampling without building the scheme."""
-    from mspec import registry
+    from mspec.schemes import registry
 
     draft_model, target_model = models
     built = []

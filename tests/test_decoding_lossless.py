@@ -13,10 +13,10 @@ import torch
 from scipy import stats
 from test_decoding import perturbed, tiny_opt
 
-from mspec import registry
-from mspec.decoding import speculative_generate
+from mspec.schemes import registry
+from mspec.lm.decoding import speculative_generate
 from mspec.distributions import distribution_from_logits
-from mspec.selection import Selection, SelectionScheme, sample_index
+from mspec.schemes.selection import Selection, SelectionScheme, sample_index
 
 torch.set_num_threads(1)
 

@@ -14,8 +14,8 @@ from test_decoding import perturbed, tiny_opt
 from test_decoding_lossless import ALPHA, VOCAB, memoized_schemes, sequence_pvalue  # noqa: F401
 from transformers import MistralConfig, MistralForCausalLM
 
-from mspec import decoding
-from mspec.decoding import (
+from mspec.lm import decoding
+from mspec.lm.decoding import (
     COMPILED_STEP_WIDTH,
     STATIC_CACHE_MULTIPLE,
     speculative_generate,

@@ -1,9 +1,9 @@
-"""Benchmarks and experiments: every command of ``python -m mspec.bench``, the plain functions behind them.
+"""Benchmarks and experiments: every command of ``python -m mspec_lab``, the plain functions behind them.
 
-* every command through :func:`mspec.bench.__main__.main` on tiny settings (the ``tiny``
+* every command through :func:`mspec_lab.cli.main` on tiny settings (the ``tiny``
   model pair, a few rows): a sweep stopped after a few rows resumes without recomputing
   them, and the tables come out complete and next to the paper's numbers;
-* the experiments of :mod:`mspec.experiments` called directly, as a notebook does (rows in
+* the experiments of :mod:`mspec_lab.experiments` called directly, as a notebook does (rows in
   memory, no files);
 * a command whose optional package is missing says which and how to install it (a
   subprocess with the package blocked in ``sys.modules``);
@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mspec.bench.__main__ import COMMANDS, OPTIONAL_PACKAGES, main, missing_message, missing_packages
-from mspec.experiments import acceptance, live_decoding, paired_rounds, paper
-from mspec.experiments.acceptance import AcceptanceSettings
-from mspec.experiments.live_decoding import DecodingSettings
-from mspec.experiments.paired_rounds import RoundsSettings
-from mspec.experiments.results import ResultTable, RowBudget, StopSweep, mean_se
+from mspec_lab.cli import COMMANDS, OPTIONAL_PACKAGES, main, missing_message, missing_packages
+from mspec_lab.experiments import acceptance, live_decoding, paired_rounds, paper
+from mspec_lab.experiments.acceptance import AcceptanceSettings
+from mspec_lab.experiments.live_decoding import DecodingSettings
+from mspec_lab.experiments.paired_rounds import RoundsSettings
+from mspec_lab.experiments.results import ResultTable, RowBudget, StopSweep, mean_se
 
 ROOT = Path(__file__).resolve().parents[1]
 # tiny settings: a few seconds per full sweep
@@ -41,7 +41,7 @@ SWEEP_FILES = ("acceptance_prompts.csv", "acceptance.csv", "decoding.csv")
 
 @pytest.fixture(scope="module")
 def tiny_pair():
-    from mspec.models import load_pair
+    from mspec_lab.models import load_pair
 
     return load_pair("tiny")
 
@@ -73,14 +73,14 @@ def test_every_command_is_listed(capsys):
 def test_round_rules_command(tmp_path, capsys):
     # The whole path on the tiny pair: every rule scored on the same rounds, the verification
     # timed, a results file with provenance that reads back.
-    from mspec.experiments.round_rules import load_round_rules
+    from mspec_lab.experiments.round_rules import load_round_rules
 
     assert main(["round-rules", "--preset", "tiny", "--quick", "--data-source", "builtin", "--datasets", "dolly",
                  "--timing-tokens", "6", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "traversal" in out and "selected-block" in out and "Verification time per round" in out
     doc = load_round_rules(tmp_path / "round_rules.json")
-    assert doc["provenance"]["preset"] == "tiny" and doc["provenance"]["command"].startswith("python -m mspec.bench")
+    assert doc["provenance"]["preset"] == "tiny" and doc["provenance"]["command"].startswith("python -m mspec_lab")
     methods = {(r["K"], r["method"]) for r in doc["tokens_per_round"]}
     assert methods == {(1, "single"), (1, "block"), (2, "optimal"), (2, "spectr"), (2, "specinfer"),
                        (2, "traversal"), (2, "selected-block")}
@@ -160,8 +160,8 @@ def test_interrupted_sweep_resumes_without_recomputing(tmp_path, capsys):
 
 def test_acceptance_command_rows_are_exact(tmp_path, tiny_pair):
     """Each stored acceptance equals the scheme's exact acceptance at that position."""
-    from mspec.experiments.inputs import derived_seed, load_dataset_prompts
-    from mspec.registry import make_scheme
+    from mspec_lab.experiments.inputs import derived_seed, load_dataset_prompts
+    from mspec.schemes.registry import make_scheme
 
     argv = ["acceptance", *COMMON, *ACCEPTANCE, "--out", str(tmp_path), "--datasets", "dolly", "--acc-drafts", "2"]
     assert main(argv) == 0
@@ -229,8 +229,8 @@ def test_rounds_command(tmp_path, capsys):
 
 def test_options_left_out_keep_the_settings_defaults():
     """The command line and the settings classes agree: no option repeats a default."""
-    from mspec.bench.commands import ACCEPTANCE_DESTS, DECODING_DESTS, PAPER_RUN_DESTS, ROUNDS_DESTS, _settings
-    from mspec.experiments.paper_run import PaperRunSettings
+    from mspec_lab.commands import ACCEPTANCE_DESTS, DECODING_DESTS, PAPER_RUN_DESTS, ROUNDS_DESTS, _settings
+    from mspec_lab.experiments.paper_run import PaperRunSettings
 
     class Args:  # what argparse gives when no option was passed
         quick = False
@@ -275,7 +275,7 @@ def test_acceptance_in_memory(tiny_pair, tmp_path, monkeypatch):
 
 
 def test_decoding_and_rounds_in_memory(tiny_pair, capsys):
-    from mspec.experiments.live_decoding_report import check_goals, print_table1
+    from mspec_lab.experiments.live_decoding_report import check_goals, print_table1
 
     settings = DecodingSettings.quick(experiments="drafts", max_new_tokens=6, drafts_k=(2,))
     run = live_decoding.run_decoding(tiny_pair, settings)
@@ -298,7 +298,7 @@ def test_decoding_and_rounds_in_memory(tiny_pair, capsys):
 
 
 def test_suite_in_memory(tiny_pair, capsys):
-    from mspec.experiments.suite import report_suite, run_suite
+    from mspec_lab.experiments.suite import report_suite, run_suite
 
     run = run_suite(tiny_pair, AcceptanceSettings.quick(datasets="wmt", prompts=1, positions=2, drafts=(2,)), None)
     assert run.decoding is None and run.new_rows == 1 + len(run.acceptance.rows["wmt"])  # + the prompt's row
@@ -315,7 +315,7 @@ def run_blocked(blocked, argv):
         import sys
         for name in {list(blocked)!r}:
             sys.modules[name] = None  # `import name` now raises ModuleNotFoundError
-        from mspec.bench.__main__ import main
+        from mspec_lab.cli import main
         sys.exit(main({list(argv)!r}))
     """)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -341,7 +341,7 @@ def test_a_missing_package_is_named_with_its_pip_command(tmp_path):
 
 def test_a_package_missing_midway_is_named_too(monkeypatch, capsys):
     """A command that reaches an import of a missing optional package only on some path."""
-    from mspec.bench.commands import Command
+    from mspec_lab.commands import Command
 
     def run(args):
         raise ModuleNotFoundError("No module named 'sacrebleu'", name="sacrebleu")
@@ -432,9 +432,9 @@ def test_paper_tables_shape():
 
 
 def test_timer_and_synthetic_pairs():
-    from mspec.bench import lm_like_pair as reexported, median_time as reexported_timer
-    from mspec.bench.speed_optimal import TEMPERATURE_ONLY
-    from mspec.bench.timing import call_times, cycling, median_time
+    from mspec_lab.bench import lm_like_pair as reexported, median_time as reexported_timer
+    from mspec_lab.bench.speed_optimal import TEMPERATURE_ONLY
+    from mspec_lab.bench.timing import call_times, cycling, median_time
     from mspec.distributions import distribution_from_logits
     from mspec.synthetic import OPT_VOCAB_SIZE, lm_like_pair
 
@@ -470,7 +470,7 @@ def tiny_results(tmp_path_factory):
 
 
 def test_paper_run_command_writes_a_file_the_loader_reads(tiny_results, tiny_pair, capsys):
-    from mspec.experiments.paper_run import (REGIMES, SCHEMA, TABLES, PaperRunSettings, check_results,
+    from mspec_lab.experiments.paper_run import (REGIMES, SCHEMA, TABLES, PaperRunSettings, check_results,
                                              choose_temperature, load_results, print_summary, record, records)
 
     doc = load_results(tiny_results / "out")  # a folder or the file; raises when inconsistent
@@ -478,7 +478,7 @@ def test_paper_run_command_writes_a_file_the_loader_reads(tiny_results, tiny_pai
     assert doc["schema"] == SCHEMA and check_results(doc) == []
     prov = doc["provenance"]
     assert prov["preset"] == "tiny" and "tiny random-weight OPT pair" in prov["model_pair"]
-    assert prov["command"].startswith("python -m mspec.bench paper-run --preset tiny") and "--quick" in prov["command"]
+    assert prov["command"].startswith("python -m mspec_lab paper-run --preset tiny") and "--quick" in prov["command"]
     assert prov["mspec_version"] and len(prov["source_sha256"]) == 64 and prov["wall_time_s"] > 0
     assert prov["torch_threads"] == 1 and prov["date"] >= prov["started"]
     assert doc["settings"] == json.loads(json.dumps(dataclasses.asdict(PaperRunSettings.quick())))
@@ -511,8 +511,8 @@ DATASETS_ALL = ("xsum", "dolly", "wmt")
 
 def test_paper_run_check_values_are_recomputable(tiny_results, tiny_pair):
     """The file's check values are what the code computes again (what the chapter shows)."""
-    from mspec.experiments.inputs import derived_seed, load_dataset_prompts
-    from mspec.experiments.paper_run import load_results
+    from mspec_lab.experiments.inputs import derived_seed, load_dataset_prompts
+    from mspec_lab.experiments.paper_run import load_results
 
     doc = load_results(tiny_results / "out")
     check, s = doc["check"], doc["settings"]
@@ -533,7 +533,7 @@ def test_check_results_finds_what_is_wrong(tiny_results):
     """Each kind of inconsistency is reported (the check can fail)."""
     import copy
 
-    from mspec.experiments.paper_run import check_results, load_results, record
+    from mspec_lab.experiments.paper_run import check_results, load_results, record
 
     good = load_results(tiny_results / "out")
 
@@ -568,19 +568,24 @@ def test_check_results_finds_what_is_wrong(tiny_results):
         assert any(what in p for p in problems), (what, problems)
 
 
+#: the workshop's command line, now and under its earlier name (as committed result files record it)
+COMMAND_NAMES = ("python -m mspec_lab", "python -m mspec.bench")
+
+
 def test_committed_results_are_consistent():
     """The committed run: the documented command on the offline default, whole and consistent."""
-    from mspec.experiments.paper_run import DEFAULT_RESULTS, PaperRunSettings, default_results_path, load_results
+    from mspec_lab.experiments.paper_run import DEFAULT_RESULTS, PaperRunSettings, default_results_path, load_results
 
     path = default_results_path()
-    assert path == ROOT / DEFAULT_RESULTS and path.is_file(), "run: python -m mspec.bench paper-run (see README)"
+    assert path == ROOT / DEFAULT_RESULTS and path.is_file(), "run: python -m mspec_lab paper-run (see README)"
     ignored = subprocess.run(["git", "check-ignore", "-q", str(path)], cwd=ROOT, check=False)
     assert ignored.returncode == 1, f"{DEFAULT_RESULTS} is gitignored: it must be committed"
     doc = load_results()  # raises on any inconsistency (check_results)
     prov = doc["provenance"]
     assert prov["preset"] == "smollm2" and "SmolLM2-135M" in prov["model_pair"]
-    assert prov["command"] == ("python -m mspec.bench paper-run --preset smollm2 --out results/offline_default "
-                               "--threads 1 --data-source local")
+    program, _, arguments = prov["command"].partition(" paper-run ")
+    assert program in COMMAND_NAMES, program
+    assert arguments == "--preset smollm2 --out results/offline_default --threads 1 --data-source local"
     assert prov["torch_threads"] == 1 and "data_source='local'" in prov["data"]
     assert 0 < prov["wall_time_s"] < 45 * 60  # the run is sized for 45 minutes on a 2-core machine
     settings = dataclasses.asdict(PaperRunSettings(data_source="local"))

@@ -12,7 +12,7 @@ side, ratio ties, draft == target). For every scheme:
     truncated/tempered distributions, no exception, and a Kolmogorov-Smirnov test of the
     outputs' randomised probability integral transform (uniform iff each output ~ q).
 
-Every scheme also passes the guards of :class:`mspec.selection.SelectionScheme`: a token
+Every scheme also passes the guards of :class:`mspec.schemes.selection.SelectionScheme`: a token
 outside ``[0, V)`` or with ``q = 0``, a NaN acceptance or a non-normalised law raises.
 """
 
@@ -24,11 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from scipy.stats import kstest
 from strategies import HOSTILE_FAMILIES, hostile_cases, hostile_pair
 
-from mspec.canonical import CanonicalScheme
-from mspec.closed_form import optimal_acceptance
+from mspec.schemes.canonical import CanonicalScheme
+from mspec.schemes.closed_form import optimal_acceptance
 from mspec.distributions import distribution_from_logits
-from mspec.exact import output_distribution
-from mspec.registry import make_scheme
+from mspec.schemes.exact import output_distribution
+from mspec.schemes.registry import make_scheme
 from sampling import chi2_pvalue, expected_accept_probability, sample_counts
 
 #: scheme name -> (identical drafts only, small V only, extra params)
@@ -235,8 +235,8 @@ def test_decoding_stream(name):
 
 # --- the guards: a scheme can never answer silently wrong ------------------------------------
 def test_guards_raise_instead_of_a_wrong_answer():
-    from mspec.selection import SchemeError
-    from mspec.specinfer import SpecInfer
+    from mspec.schemes.selection import SchemeError
+    from mspec.schemes.specinfer import SpecInfer
 
     class Broken(SpecInfer):
         def __init__(self, *, mode, **kw):

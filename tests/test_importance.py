@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 import mspec
-from mspec.closed_form import brute_force_acceptance, optimal_acceptance
-from mspec.exact import output_distribution
-from mspec import importance
-from mspec.importance import ImportanceSampling, truncated_lp_weights
-from mspec.selection import residual
+from mspec.schemes.closed_form import brute_force_acceptance, optimal_acceptance
+from mspec.schemes.exact import output_distribution
+from mspec.schemes import importance
+from mspec.schemes.importance import ImportanceSampling, truncated_lp_weights
+from mspec.schemes.selection import residual
 from sampling import assert_exact_law, chi2_pvalue, sample_counts
 from strategies import draft_target, random_case, softmax_pair
 

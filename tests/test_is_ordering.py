@@ -47,9 +47,9 @@ def test_is_ahead_of_spectr_on_real_language_model_distributions():
     # Table 3's ordering on the offline default (SmolLM2-135M; draft = the same weights at
     # temperature 1.5) along a real Dolly prompt, mean over 12 positions: IS >= SpecTr >=
     # SpecInfer for K = 2, 4, 8.
-    from mspec.experiments.acceptance import collect_distributions
-    from mspec.experiments.inputs import load_dataset_prompts
-    from mspec.models import load_pair
+    from mspec_lab.experiments.acceptance import collect_distributions
+    from mspec_lab.experiments.inputs import load_dataset_prompts
+    from mspec_lab.models import load_pair
 
     pair = load_pair("smollm2")
     prompt = load_dataset_prompts(pair, "dolly", 1, max_chars=300)[0]

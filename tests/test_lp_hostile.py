@@ -3,7 +3,7 @@ X_i ~ p = ``draft``, target q = ``target``).
 
 Regression for: tuples of tiny probability got an all-zero plan row from HiGHS (NaN
 acceptance, token id V), and inputs on which HiGHS reported "infeasible". What is tested
-is the accuracy the docstrings of :mod:`mspec.optimal` and :mod:`mspec.canonical`
+is the accuracy the docstrings of :mod:`mspec.schemes.optimal_lp` and :mod:`mspec.schemes.canonical`
 guarantee, whatever HiGHS returns:
 
 * plan: non-negative, zero where ``q = 0``, rows sum to 1 within ``V eps``, output law
@@ -20,16 +20,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import mspec.lp as lp_module
-from mspec.canonical import CanonicalScheme, solve_canonical, solve_canonical_lp
-from mspec.closed_form import brute_force_acceptance, optimal_acceptance
-from mspec.exact import output_distribution
-from mspec.lp import GAP_TOL, LPFallbackWarning, cut_bound, draft_tuples, repair_plan
-from mspec.optimal import OptimalLP, solve_optimal_lp
+import mspec.schemes.lp as lp_module
+from mspec.schemes.canonical import CanonicalScheme, solve_canonical, solve_canonical_lp
+from mspec.schemes.closed_form import brute_force_acceptance, optimal_acceptance
+from mspec.schemes.exact import output_distribution
+from mspec.schemes.lp import GAP_TOL, LPFallbackWarning, cut_bound, draft_tuples, repair_plan
+from mspec.schemes.optimal_lp import OptimalLP, solve_optimal_lp
 from sampling import assert_exact_law, chi2_pvalue, sample_counts
 
 # an LP scheme that cannot certify its optimum on an ordinary input is a failure here
-pytestmark = pytest.mark.filterwarnings("error::mspec.lp.LPFallbackWarning")
+pytestmark = pytest.mark.filterwarnings("error::mspec.schemes.lp.LPFallbackWarning")
 
 EPS = np.finfo(np.float64).eps
 LAW_TOL = 1e-14  # documented: the plan's output law equals q to this, for N <= 10^4 tuples

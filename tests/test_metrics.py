@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from mspec.metrics import block_efficiency, bleu, rouge_l, score
+from mspec_lab.metrics import block_efficiency, bleu, rouge_l, score
 
 
 def test_rouge_l_known_values():

@@ -7,19 +7,16 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-import mspec.models as models
-from mspec.models import (
+import mspec_lab.models as models
+from mspec.lm.models import check_same_vocab, early_exit_model, make_pair, tiny_model
+from mspec_lab.models import (
     DEFAULT_PRESET,
     PRESETS,
     check_environment,
     check_placement,
-    check_same_vocab,
     choose_opt_target,
-    early_exit_model,
     load_pair,
-    make_pair,
     opt_config,
-    tiny_model,
 )
 
 

@@ -10,7 +10,7 @@ target's. float16 and bfloat16 run on the CPU too (slowly, which does not matter
 
 Also here: the decoder's GPU-readiness fixes that a CPU can check (row index of the KV-cache
 selection, generator device, per-device synchronisation) and the dry run of
-``python -m mspec.bench gpu``.
+``python -m mspec_lab gpu``.
 """
 
 import numpy as np
@@ -19,10 +19,12 @@ import torch
 from test_decoding_lossless import binned_chisquare
 from transformers import DynamicCache, OPTConfig, OPTForCausalLM
 
-from mspec import decoding, registry
-from mspec.decoding import speculative_generate
+from mspec.lm import decoding
+
+from mspec.schemes import registry
+from mspec.lm.decoding import speculative_generate
 from mspec.distributions import distribution_from_logits
-from mspec.models import load_pair
+from mspec_lab.models import load_pair
 
 torch.set_num_threads(1)
 
@@ -265,7 +267,7 @@ def test_clock_synchronizes_every_device_the_models_use(monkeypatch):
 
 
 def test_bench_gpu_dry_run(capsys):
-    from mspec.bench.__main__ import main
+    from mspec_lab.cli import main
 
     assert main(["gpu", "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -281,7 +283,7 @@ def test_bench_gpu_dry_run(capsys):
 def test_bench_gpu_round_split_adds_up():
     """The dry run's numbers: for each K and draft cache, the five parts of a round add up to
     the round, a draft step is the draft time over L, and the overhead is the non-model rest."""
-    from mspec.bench import speed_gpu
+    from mspec_lab.bench import speed_gpu
 
     s = speed_gpu._settings(True, (1, 2), 3, "specinfer", 9, 6, 1, 0, None)
     draft_model, target_model = (speed_gpu._random_model(speed_gpu._dry_config(role), device=torch.device("cpu"),

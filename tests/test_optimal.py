@@ -5,12 +5,12 @@ import pytest
 from hypothesis import given, settings
 
 import mspec
-import mspec.lp as lp_module
-import mspec.optimal as optimal_module
-from mspec.closed_form import brute_force_acceptance
-from mspec.exact import output_distribution
-from mspec.lp import MAX_LP_VARIABLES, draft_tuples
-from mspec.optimal import OptimalLP, solve_optimal_lp
+import mspec.schemes.lp as lp_module
+import mspec.schemes.optimal_lp as optimal_module
+from mspec.schemes.closed_form import brute_force_acceptance
+from mspec.schemes.exact import output_distribution
+from mspec.schemes.lp import MAX_LP_VARIABLES, draft_tuples
+from mspec.schemes.optimal_lp import OptimalLP, solve_optimal_lp
 from sampling import assert_exact_law, chi2_pvalue, sample_counts
 from strategies import draft_target, random_case, random_cases
 
@@ -104,7 +104,7 @@ def test_draft_tuples():
 
 
 def test_lp_plumbing_stays_importable_from_mspec_optimal():
-    """Running and certifying HiGHS lives in mspec.lp; the public names are still here too."""
+    """Running and certifying HiGHS lives in mspec.schemes.lp; the public names are still here too."""
     for name in ("GAP_TOL", "LPFallbackWarning", "LPSolveError", "MAX_LP_VARIABLES", "SOLVER_STATUSES",
                  "cut_bound", "draft_tuples", "repair_plan"):
         assert getattr(optimal_module, name) is getattr(lp_module, name), name

@@ -1,4 +1,4 @@
-"""Hostile inputs for the bucket / slots-and-pool path of "optimal" (mspec.optimal_selection).
+"""Hostile inputs for the bucket / slots-and-pool path of "optimal" (mspec.schemes.optimal_selection).
 
 Paper notation: K i.i.d. drafts from p (``draft``), target q (``target``). Top-k / top-p
 truncation on either side (down to one surviving token), temperatures 0.01..5, wide logits,
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import mspec
-from mspec.closed_form import optimal_acceptance
-from mspec.exact import output_distribution
-from mspec.optimal_selection import OptimalSelection
-from mspec.optimal_selection.pool import ALL_EDGES_BELOW, _PoolPiece
-from mspec.optimal_selection.roots import _power_root
+from mspec.schemes.closed_form import optimal_acceptance
+from mspec.schemes.exact import output_distribution
+from mspec.schemes.optimal_selection import OptimalSelection
+from mspec.schemes.optimal_selection.pool import ALL_EDGES_BELOW, _PoolPiece
+from mspec.schemes.optimal_selection.roots import _power_root
 
 
 def softmax(z):
@@ -101,7 +101,7 @@ def test_one_hot_target_at_two_tokens(k):
 def test_induced_of_split_tokens_reads_no_marker():
     # With two or more atoms the marker read another atom's level before the split tokens'
     # own overwrote it: x from the V-long path must equal x token by token (atom_of).
-    from mspec.bench import lm_like_pair
+    from mspec_lab.bench import lm_like_pair
 
     rng = np.random.default_rng(2)
     for seed, temperature, k in [(0, 0.8, 2), (1, 1.5, 2), (2, 2.0, 4)]:
@@ -317,7 +317,7 @@ def test_forced_fallback_is_recorded_and_exact(k):
         assert len([f for f in forced.fallbacks if "slots and pool -> greedy" in f]) == len(pool)
         assert all(forced.realisation(t) in ("greedy", "rest", "none") for t in range(4))
     # fact 6 (an optimum of 1, no sort) at V = 5000: its spread falls back to fact 5
-    from mspec.bench import lm_like_pair
+    from mspec_lab.bench import lm_like_pair
 
     draft, target = lm_like_pair(5000, seed=0, draft_temperature=1.5)
     plain = OptimalSelection(draft=draft, target=target, num_drafts=8)
@@ -332,7 +332,7 @@ def test_lazy_pieces_are_certified_atom_by_atom():
     # A piece of more than ALL_EDGES_BELOW atoms solves its slot edges lazily: it is
     # certified by its ends, then each atom before its key law is used (sample, key laws,
     # the exact conditional law); forced to fail, it falls back to the greedy, recorded.
-    from mspec.bench import lm_like_pair
+    from mspec_lab.bench import lm_like_pair
 
     draft, target = lm_like_pair(5000, seed=1, draft_temperature=1.5)
     rng = np.random.default_rng(5)

@@ -1,8 +1,8 @@
 """The reference construction of "optimal" as the oracle of its fast path, on the same inputs.
 
-``OptimalSelection.reference`` is the reading path of :mod:`mspec.optimal_selection`: every
+``OptimalSelection.reference`` is the reading path of :mod:`mspec.schemes.optimal_selection`: every
 token its own atom (the sort of fact 1) and each piece tiled greedily, token by token. Every
-fast-path setting (:class:`~mspec.optimal_selection.FastPath`, ``atoms``, ``tiling``) must
+fast-path setting (:class:`~mspec.schemes.optimal_selection.FastPath`, ``atoms``, ``tiling``) must
 agree with it on the hostile inputs of ``tests/strategies.py``:
 
 * the acceptance (the optimum; the reference's equals the closed form too);
@@ -18,9 +18,9 @@ Paper notation: K i.i.d. drafts from p (``draft``), target q (``target``).
 import numpy as np
 import pytest
 
-from mspec.closed_form import optimal_acceptance
-from mspec.exact import output_distribution
-from mspec.optimal_selection import FastPath, OptimalSelection
+from mspec.schemes.closed_form import optimal_acceptance
+from mspec.schemes.exact import output_distribution
+from mspec.schemes.optimal_selection import FastPath, OptimalSelection
 
 from strategies import HOSTILE_FAMILIES, hostile_pair
 
@@ -144,7 +144,7 @@ def test_runs_of_shells_tile_as_the_reference_does(temperature):
     # LM-shaped pairs whose largest piece holds ~3000 tokens: deep inside it the fast greedy
     # solves runs of shells together. Every sampled token's key law has the reference's
     # length and nu-mass, and drafts of them are selected with the reference's probabilities.
-    from mspec.optimal_selection.runs import _RunPiece
+    from mspec.schemes.optimal_selection.runs import _RunPiece
     from mspec.synthetic import lm_like_pair
 
     k = 4

@@ -1,4 +1,4 @@
-"""The exactly optimal scheme at vocabulary scale ("optimal", mspec.optimal_selection).
+"""The exactly optimal scheme at vocabulary scale ("optimal", mspec.schemes.optimal_selection).
 
 Paper notation: K i.i.d. drafts from p (``draft``), target q (``target``).
 """
@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 import mspec
-from mspec.closed_form import optimal_acceptance
-from mspec.exact import output_distribution
-from mspec.optimal import OptimalLP
-from mspec.optimal_selection import FastPath, OptimalSelection, lex_optimal_induced
-from mspec.optimal_selection.buckets import BUCKET_BITS, _bucket_level, _bucket_sums, _coarser
-from mspec.optimal_selection.greedy import _Piece
-from mspec.optimal_selection.induced import _argsort_positive
-from mspec.optimal_selection.pool import _PoolPiece
-from mspec.optimal_selection.roots import _power_root
-from mspec.optimal_selection.runs import _RunPiece
+from mspec.schemes.closed_form import optimal_acceptance
+from mspec.schemes.exact import output_distribution
+from mspec.schemes.optimal_lp import OptimalLP
+from mspec.schemes.optimal_selection import FastPath, OptimalSelection, lex_optimal_induced
+from mspec.schemes.optimal_selection.buckets import BUCKET_BITS, _bucket_level, _bucket_sums, _coarser
+from mspec.schemes.optimal_selection.greedy import _Piece
+from mspec.schemes.optimal_selection.induced import _argsort_positive
+from mspec.schemes.optimal_selection.pool import _PoolPiece
+from mspec.schemes.optimal_selection.roots import _power_root
+from mspec.schemes.optimal_selection.runs import _RunPiece
 
 from sampling import chi2_pvalue, sample_counts
 from strategies import bucket_case, near_tight_case, optimum_one_case, random_case, tight_bucket_case
@@ -372,8 +372,8 @@ def test_real_language_model_distributions():
     # Next-token distributions of the offline default (SmolLM2-135M; the draft is the same
     # weights at temperature 1.5) along a real prompt: acceptance == the closed form, never
     # below the other schemes, and the drafted tokens' key laws are right.
-    from mspec.experiments import acceptance, inputs as common
-    from mspec.models import load_pair
+    from mspec_lab.experiments import acceptance, inputs as common
+    from mspec_lab.models import load_pair
 
     pair = load_pair("smollm2")
     prompt = common.load_dataset_prompts(pair, "wmt", 1, source="auto", max_chars=300)[0]

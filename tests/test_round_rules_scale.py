@@ -16,9 +16,9 @@ import pytest
 from scipy.stats import chisquare
 from strategies import HOSTILE_FAMILIES, hostile_pair
 
-from mspec.selected_block import expected_selected_block_tokens, selected_block_verify
+from mspec.rounds.selected_block import expected_selected_block_tokens, selected_block_verify
 from mspec.synthetic import OPT_VOCAB_SIZE
-from mspec.traversal_verification import expected_traversal_tokens, traversal_verify
+from mspec.rounds.traversal import expected_traversal_tokens, traversal_verify
 
 K, L, ROUNDS = 8, 3, 400
 RULES = {"traversal": (traversal_verify, expected_traversal_tokens),

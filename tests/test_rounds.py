@@ -1,4 +1,4 @@
-"""The exact round optimum on tiny models (mspec.rounds): a bar for every round rule.
+"""The exact round optimum on tiny models (mspec.rounds.optimum): a bar for every round rule.
 
 Paper notation: drafts from p (the draft model), target q.
 """
@@ -8,7 +8,7 @@ import functools
 import numpy as np
 import pytest
 
-from mspec.rounds import (
+from mspec.rounds.optimum import (
     round_rule_value,
     context_free,
     next_tokens_law,

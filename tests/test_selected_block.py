@@ -1,4 +1,4 @@
-"""Selected-block verification (mspec.selected_block), checked by enumeration on tiny models:
+"""Selected-block verification (mspec.rounds.selected_block), checked by enumeration on tiny models:
 lossless over several rounds for each selection scheme, equal to block verification at K = 1
 and to the per-position scheme at L = 1, between the per-position value and the round
 optimum, hostile inputs, and its sampler against its exact law (with a broken control).
@@ -25,9 +25,9 @@ from round_cases import (
 )
 from sampling import chi2_pvalue
 
-from mspec import selected_block as sb
-from mspec.block_verification import block_verification_law
-from mspec.rounds import (
+from mspec.rounds import selected_block as sb
+from mspec.rounds.block import block_verification_law
+from mspec.rounds.optimum import (
     context_free,
     next_tokens_law,
     per_position_value,
@@ -35,7 +35,7 @@ from mspec.rounds import (
     target_tokens_law,
     tiny_lm_pair,
 )
-from mspec.selected_block import (
+from mspec.rounds.selected_block import (
     SELECTION_SCHEMES,
     expected_selected_block_tokens,
     selected_block_law,

@@ -1,7 +1,7 @@
 """SpecTr on hostile inputs: rho* is the exact root and the output law is exactly q.
 
 Paper notation: drafts X_i ~ p (``draft``), target q (``target``). The guarantee tested
-is the one stated in :mod:`mspec.spectr`:
+is the one stated in :mod:`mspec.schemes.spectr`:
 
 * the residual is non-negative entry by entry and no acceptance mass exceeds ``q``
   (the certificate ``1 - (1 - beta)^K <= rho beta``);
@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 import mspec
 from mspec.distributions import distribution_from_logits
-from mspec.selection import SchemeError
-from mspec.spectr import SpecTr
+from mspec.schemes.selection import SchemeError
+from mspec.schemes.spectr import SpecTr
 from sampling import chi2_pvalue, sample_counts
 
 TOL = 1e-12

@@ -63,7 +63,7 @@ def _param(path: Path, pending: dict[str, str]):
 # --- import graph -------------------------------------------------------------------------
 
 def module_name(path: Path, root: Path = ROOT) -> str:
-    """``mspec/bench/common.py`` -> ``mspec.bench.common``; a package's ``__init__.py`` -> the package."""
+    """``mspec_lab/bench/common.py`` -> ``mspec_lab.bench.common``; a package's ``__init__.py`` -> the package."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()

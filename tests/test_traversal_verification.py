@@ -1,4 +1,4 @@
-"""Traversal verification of K drafted blocks (mspec.traversal_verification), checked by
+"""Traversal verification of K drafted blocks (mspec.rounds.traversal), checked by
 enumeration on tiny models: lossless over several rounds, equal to block verification at
 K = 1 and to SpecInfer at L = 1, never above the round optimum, hostile inputs, and its
 sampler against its exact law (with a broken control that must fail).
@@ -26,9 +26,9 @@ from round_cases import (
 )
 from sampling import chi2_pvalue
 
-from mspec import traversal_verification as tv
-from mspec.block_verification import block_verification_law
-from mspec.rounds import (
+from mspec.rounds import traversal as tv
+from mspec.rounds.block import block_verification_law
+from mspec.rounds.optimum import (
     context_free,
     next_tokens_law,
     per_position_value,
@@ -36,7 +36,7 @@ from mspec.rounds import (
     target_tokens_law,
     tiny_lm_pair,
 )
-from mspec.traversal_verification import (
+from mspec.rounds.traversal import (
     expected_traversal_tokens,
     traversal_verification_law,
     traversal_verify,
@@ -163,7 +163,7 @@ def test_specinfer_value_by_hand():
 
 @pytest.mark.parametrize("num_drafts", [1, 2, 3])
 def test_never_above_the_round_optimum(num_drafts):
-    # The round optimum (the LP of mspec.rounds) bounds every lossless rule; at K = 1 traversal
+    # The round optimum (the LP of mspec.rounds.optimum) bounds every lossless rule; at K = 1 traversal
     # attains it (block verification is optimal for one draft).
     for vocab, length, draft, target in model_pairs():
         if (vocab, length) != (2, 2) and num_drafts == 3:

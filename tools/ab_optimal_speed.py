@@ -2,7 +2,7 @@
 """Time the optimal scheme's first step against an earlier commit, in one process.
 
 A speed claim such as "no slower than commit X" needs both versions timed on the same
-machine at the same time: separate runs of ``python -m mspec.bench optimal`` differ by more
+machine at the same time: separate runs of ``python -m mspec_lab optimal`` differ by more
 than the effect on a busy machine. This script copies ``mspec/`` at ``REV`` into a temporary
 folder as the package ``mspec_base``, then alternates between the two versions in chunks of
 calls (the set-up of ``OptimalSelection`` at a fresh position plus its first sample, as the

@@ -1,0 +1,13 @@
+"""Speculative decoding with language models (torch + transformers).
+
+* :mod:`~mspec.lm.decoding`: :func:`~mspec.lm.decoding.speculative_generate`, the live
+  decoder (draft K blocks of L tokens, score them with the target in one pass, verify the
+  round with a rule of :data:`mspec.rounds.ROUND_RULES`), and plain sampling beside it.
+* :mod:`~mspec.lm.models`: :class:`~mspec.lm.models.ModelPair` and the drafts built from a
+  target (early exit); the tests' tiny offline model.
+* :mod:`~mspec.lm.data`: prompts of the paper's datasets (local samples, the hub, or a
+  built-in few).
+
+Loading pairs by name (presets, the hub, GGUF files, GPU planning) is the workshop's:
+:mod:`mspec_lab.models`. Nothing is imported here, so ``import mspec.lm.data`` needs no torch.
+"""

@@ -1,0 +1,230 @@
+"""A draft and a target model as one pair, and the draft models built from a target.
+
+* :class:`ModelPair` and :func:`make_pair`: any two causal LMs (Hugging Face or not) with
+  one vocabulary, the input of :func:`mspec.lm.decoding.speculative_generate`.
+* :func:`early_exit_model`: a draft made of a target's first layers (shares its weights).
+* :func:`tiny_model`: a tiny random-weight OPT model, the offline model of the tests.
+
+Loading pairs by name (the offline SmolLM2 default, the paper's OPT models from the hub,
+GPU planning) is the workshop's: :func:`mspec_lab.models.load_pair`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["ModelPair", "check_same_vocab", "early_exit_model", "make_pair", "output_vocab_size", "tiny_model"]
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """A draft and a target model that share one vocabulary.
+
+    Attributes:
+        draft_model: causal LM proposing drafts; logits of shape ``(B, T, V)``. May be the
+            very same object as ``target_model``.
+        target_model: causal LM whose distribution the output must follow; ``(B, T, V)``.
+        tokenizer: Hugging Face tokenizer, or ``None`` (``"tiny"``: token ids only).
+        name: the preset name (:func:`mspec_lab.models.load_pair`), or ``"custom"`` for :func:`make_pair`.
+        description: which models run, on what, and what to expect of their speed.
+        device: device of the models' inputs (the first parameter of each model).
+    """
+
+    draft_model: nn.Module
+    target_model: nn.Module
+    tokenizer: object | None
+    name: str
+    description: str
+    device: torch.device
+
+    @property
+    def vocab_size(self) -> int:
+        """V, the number of logits per position (may exceed the tokenizer's length)."""
+        return output_vocab_size(self.target_model)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """End-of-sequence id: the tokenizer's if there is one, else the target config's."""
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            return int(self.tokenizer.eos_token_id)
+        eos = getattr(self.target_model.config, "eos_token_id", None)
+        return eos if eos is None or isinstance(eos, int) else list(eos)[0]
+
+    @property
+    def same_model(self) -> bool:
+        """Whether the draft is the target itself (so drafting is not cheaper)."""
+        return self.draft_model is self.target_model
+
+
+def output_vocab_size(model: nn.Module) -> int:
+    """Number of logits per position: the rows of the LM head (falls back to the config)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    return int(model.config.vocab_size)
+
+
+def check_same_vocab(draft_model: nn.Module, target_model: nn.Module) -> int:
+    """Check that draft and target produce logits over one vocabulary.
+
+    Returns:
+        V, the shared number of logits per position.
+
+    Raises:
+        ValueError: if the LM heads (or configs) disagree on the vocabulary size.
+    """
+    v_draft, v_target = output_vocab_size(draft_model), output_vocab_size(target_model)
+    c_draft = getattr(getattr(draft_model, "config", None), "vocab_size", v_draft)
+    c_target = getattr(getattr(target_model, "config", None), "vocab_size", v_target)
+    if v_draft != v_target or c_draft != c_target:
+        raise ValueError(
+            f"`draft_model` has a vocabulary of {v_draft} tokens (config: {c_draft}) but "
+            f"`target_model` has {v_target} (config: {c_target}); speculative decoding needs one "
+            "shared vocabulary and tokenizer: pick models of one family (e.g. facebook/opt-125m "
+            "with any facebook/opt-* target)"
+        )
+    return v_target
+
+
+def make_pair(draft_model, target_model, tokenizer=None, *, name="custom", description=None):
+    """Wrap your own draft and target models as a :class:`ModelPair` (vocabularies checked).
+
+    Args:
+        draft_model: causal LM, logits ``(B, T, V)``.
+        target_model: causal LM, logits ``(B, T, V)``; may be ``draft_model`` itself.
+        tokenizer: optional tokenizer shared by both.
+        name: label for the pair.
+        description: defaults to the two models' class names.
+    """
+    check_same_vocab(draft_model, target_model)
+    for model in {id(draft_model): draft_model, id(target_model): target_model}.values():
+        model.eval()
+    if description is None:
+        description = (
+            f"draft: {type(draft_model).__name__}, target: {type(target_model).__name__}"
+            + (" (the same model)" if draft_model is target_model else "")
+        )
+    device = next(target_model.parameters()).device
+    return ModelPair(draft_model, target_model, tokenizer, name, description, device)
+
+
+def tiny_model(
+    *,
+    seed: int = 0,
+    vocab_size: int = 16,
+    hidden_size: int = 16,
+    num_layers: int = 2,
+    max_positions: int = 256,
+    init_std: float = 0.5,
+) -> nn.Module:
+    """A tiny random-weight OPT causal LM for tests (logits ``(B, T, vocab_size)``).
+
+    The weights come from ``torch.manual_seed(seed)`` inside ``torch.random.fork_rng``, so
+    the global random state is left untouched. ``init_std`` is large (OPT's default is
+    0.02) so the next-token distributions are far from uniform and differ between seeds.
+    Two attention heads and a feed-forward width of twice the hidden size keep it tiny.
+
+    Args:
+        seed: weight seed; different seeds give different models.
+        vocab_size: V (token ids ``0..V-1``; OPT's pad/bos/eos are 1/2/2).
+        hidden_size: model width (also the embedding width).
+        num_layers: decoder layers.
+        max_positions: longest sequence (prompt + generated tokens).
+        init_std: standard deviation of the random weights.
+    """
+    from transformers import OPTConfig, OPTForCausalLM
+
+    config = OPTConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        word_embed_proj_dim=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        ffn_dim=2 * hidden_size,
+        max_position_embeddings=max_positions,
+        dropout=0.0,
+        attention_dropout=0.0,
+        init_std=init_std,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = OPTForCausalLM(config)
+    return model.eval()
+
+
+def early_exit_model(model: nn.Module, num_layers: int) -> nn.Module:
+    """A causal LM made of ``model``'s first ``num_layers`` layers, final norm and LM head.
+
+    Nothing is copied: the returned model is a shallow clone whose modules *are* the
+    target's modules (same parameters, same memory), except the list of decoder layers,
+    which is cut to ``num_layers``, and the config, a copy with
+    ``num_hidden_layers = num_layers`` (so ``DynamicCache(config=...)`` gets
+    ``num_layers`` layers). Works with the KV cache like the full model. Tested on Llama
+    (SmolLM2) and OPT.
+
+    Args:
+        model: a Hugging Face causal LM with one ``nn.ModuleList`` of
+            ``config.num_hidden_layers`` decoder layers.
+        num_layers: how many leading layers to keep, ``1 <= num_layers <= total``.
+
+    Returns:
+        The early-exit model; logits ``(B, T, V)``, same V as ``model``.
+    """
+    total = model.config.num_hidden_layers
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 1 <= num_layers <= total:
+        raise ValueError(
+            f"`draft_layers`/`num_layers` must be an integer in 1..{total} (the target's layer "
+            f"count), got {num_layers!r}"
+        )
+    path = _decoder_layers_path(model, total)
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = num_layers
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = list(config.layer_types)[:num_layers]
+    *parents, leaf = path.split(".")
+    root = _shallow_clone(model, model.config, config)
+    node = root
+    for name in parents:
+        child = _shallow_clone(getattr(node, name), model.config, config)
+        setattr(node, name, child)
+        node = child
+    setattr(node, leaf, nn.ModuleList(list(getattr(node, leaf))[:num_layers]))
+    return root
+
+
+def _decoder_layers_path(model: nn.Module, total: int) -> str:
+    """Dotted name of ``model``'s ``nn.ModuleList`` of ``total`` decoder layers (e.g.
+    ``"model.decoder.layers"``); raises ``ValueError`` when there is none."""
+    path = next(
+        (name for name, mod in model.named_modules()
+         if isinstance(mod, nn.ModuleList) and len(mod) == total),
+        None,
+    )
+    if path is None:
+        raise ValueError(
+            f"cannot find the {total} decoder layers of {type(model).__name__} (an nn.ModuleList); "
+            "early exit supports Hugging Face decoder-only models such as Llama and OPT"
+        )
+    return path
+
+
+def _shallow_clone(module: nn.Module, old_config, new_config) -> nn.Module:
+    """A new module object sharing ``module``'s children, parameters and buffers (its own
+    dicts of them, so they can be replaced), with ``new_config`` where it had ``old_config``."""
+    if "forward" in vars(module) or hasattr(module, "_hf_hook"):
+        raise ValueError(
+            "early exit cannot clone a model whose forward is wrapped (e.g. dispatched by "
+            "accelerate with device_map='auto'); load the target on one device"
+        )
+    out = copy.copy(module)  # new object, its own child/parameter dicts, same tensors
+    out._modules = module._modules.copy()
+    out._parameters = module._parameters.copy()
+    out._buffers = module._buffers.copy()
+    if getattr(out, "config", None) is old_config:
+        out.config = new_config
+    return out
+

@@ -1,0 +1,333 @@
+"""Paired block efficiency: every scheme's expected tokens per round, on the same rounds.
+
+Sampled block efficiencies are noisy (one rejection more or less moves a generation by
+tenths) and each scheme sees different rounds, so small differences between schemes drown
+(:mod:`~mspec_lab.experiments.live_decoding`). Here one *reference* generation per (prompt, seed)
+drafts ``max(drafts_k)`` rows per round. On every round, for each scheme and each K of
+``drafts_k`` (the first K rows: the drafts are i.i.d.), :func:`mspec.lm.decoding.expected_round_tokens`
+gives the expected number of tokens the round emits, with the scheme's randomness averaged
+out exactly (an end-of-sequence token ends the round's continuation, as in decoding). Its
+mean over rounds estimates the block efficiency (``max_new_tokens`` truncation aside),
+and the differences between schemes are paired round by round. ``single`` is the first
+draft alone (K = 1).
+
+What is left is the drafts' own randomness: given its drafts, one scheme can accept a round
+that another rejects, though over the drafts the optimal scheme accepts most often. The
+same call returns a control variate per position with mean exactly zero over the drafts
+(acceptance given the drafts minus its mean, weighted by the probability of reaching the
+node); the estimates subtract its least-squares fit (a regression estimator), which
+removes most of that noise without moving the mean. Means are pooled over rounds (as a
+block efficiency is); standard errors are clustered by reference generation.
+
+In a notebook: ``stats = summarize(run_rounds(pair, RoundsSettings.quick()))``. On the
+command line, ``python -m mspec_lab rounds`` writes one row per (prompt, seed, scheme, K)
+to ``rounds.csv`` when its reference generation is done (a rerun resumes), and the summary
+to ``rounds.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import ClassVar
+from pathlib import Path
+
+import numpy as np
+
+from mspec_lab.experiments import paper
+from mspec_lab.experiments.inputs import (SharedSettings, DATASETS, checked_choices, derived_seed,
+                     load_dataset_prompts, with_progress)
+from mspec_lab.experiments.report import fmt, format_table, pair_label, print_block, write_json
+from mspec_lab.experiments.results import ResultTable, RowBudget
+
+__all__ = ["ROUND_SCHEMES", "RoundsRun", "RoundsSettings", "cluster_mean_se", "comparison_verdict",
+           "control_adjusted", "report_rounds", "run_rounds", "summarize"]
+
+CONFIG_FIELDS = ["preset", "dataset", "prompt", "seed", "reference", "method", "num_drafts", "draft_length",
+                 "draft_temperature", "target_temperature", "max_new_tokens"]
+VALUE_FIELDS = ["rounds", "per_round", "control"]
+#: variants scored on the same rounds besides the registry schemes: name -> (scheme, params).
+#: "optimal-tokens" is the optimal scheme with every token its own atom (the lexicographic
+#: x); "optimal" (atoms="auto") uses ratio buckets at these vocabularies: both attain the
+#: optimal acceptance, with different x
+VARIANTS = {"optimal-tokens": ("optimal", {"atoms": "tokens"})}
+#: what is scored on every round: the compared schemes and the variants
+ROUND_SCHEMES = paper.COMPARED_SCHEMES + tuple(VARIANTS)
+#: how the settings differ under ``--quick`` (minutes on a CPU)
+QUICK = {"prompts": 2, "seeds": 1, "max_new_tokens": 24, "max_chars": 400}
+
+
+@dataclass(frozen=True)
+class RoundsSettings(SharedSettings):
+    """Settings of the paired block efficiency; the defaults are the full run.
+
+    Attributes:
+        main_dataset: dataset of the prompts (default Dolly, as Table 1).
+        prompts, seeds: prompts, and seeds per prompt: one reference generation each.
+        max_new_tokens: tokens per reference generation.
+        draft_length: L.
+        drafts_k: values of K (the reference generation drafts the largest).
+        reference: the compared scheme that drives the reference generations.
+        variants: which of :data:`VARIANTS` are scored besides the compared schemes.
+        draft_temperature, target_temperature, data_source, max_chars, seed: as in
+            :class:`~mspec_lab.experiments.acceptance.AcceptanceSettings`.
+    """
+
+    main_dataset: str = "dolly"
+    prompts: int = 4
+    seeds: int = 2
+    max_new_tokens: int = 48
+    draft_length: int = paper.DRAFT_LENGTH
+    drafts_k: tuple[int, ...] = (2, 4, 8)
+    reference: str = "optimal"
+    variants: tuple[str, ...] = tuple(VARIANTS)
+    QUICK: ClassVar[dict] = QUICK
+
+    def __post_init__(self):
+        checked_choices("main_dataset", self.main_dataset, DATASETS)
+        checked_choices("reference", self.reference, paper.COMPARED_SCHEMES)
+        object.__setattr__(self, "variants", checked_choices("variants", self.variants, tuple(VARIANTS)))
+        object.__setattr__(self, "drafts_k", tuple(sorted(set(self.drafts_k))))
+        super().__post_init__()
+
+
+@dataclass
+class RoundsRun:
+    """What :func:`run_rounds` computed or read back: ``settings``, the pair's ``preset``,
+    ``description`` and ``label``, and ``rows``, one per (prompt, seed, scheme, K) with the
+    expected tokens of each round (``per_round``) and its control variates (``control``)."""
+
+    settings: RoundsSettings
+    preset: str
+    pair: str
+    label: str
+    rows: list[dict] = field(default_factory=list)
+
+
+def methods(drafts_k, variants=tuple(VARIANTS)) -> list[tuple[str, int]]:
+    """``(scheme, K)`` evaluated on every round: the single-draft baseline, then every
+    compared scheme and the ``variants``."""
+    scored = [s for s in ROUND_SCHEMES if s in paper.COMPARED_SCHEMES or s in variants]
+    return [("single", 1)] + [(s, k) for k in drafts_k for s in scored]
+
+
+def expected_per_round(pair, prompt, seed: int, s: RoundsSettings) -> dict[tuple[str, int], tuple[list, list]]:
+    """Run one reference generation; return each method's expected tokens on each round and
+    its control variate (``L`` numbers per round)."""
+    import torch
+
+    from mspec.lm.decoding import expected_round_tokens, speculative_generate
+
+    k_max, temp = max(s.drafts_k), s.draft_temperature
+    out: dict[tuple[str, int], tuple[list, list]] = {m: ([], []) for m in methods(s.drafts_k, s.variants)}
+
+    def on_round(drafted, draft_probs, target_probs):
+        for method, k in out:
+            scheme, params = VARIANTS.get(method, (method, None))
+            value, control = expected_round_tokens(
+                drafted[:k], draft_probs[:k], target_probs[:k], scheme=scheme, draft_temperatures=[temp] * k,
+                scheme_params=params, eos_token_id=pair.eos_token_id, control=True)
+            out[method, k][0].append(value)
+            out[method, k][1].append([float(z) for z in control])
+
+    gen = torch.Generator().manual_seed(derived_seed(seed, prompt.tag))
+    speculative_generate(list(prompt.ids), draft_model=pair.draft_model, target_model=pair.target_model,
+                         scheme=s.reference, num_drafts=k_max, draft_length=s.draft_length,
+                         draft_temperatures=temp, target_temperature=s.target_temperature,
+                         max_new_tokens=s.max_new_tokens, eos_token_id=pair.eos_token_id, generator=gen,
+                         on_round=on_round)
+    return out
+
+
+def run_rounds(pair, settings: RoundsSettings | None = None, *, out: str | Path | None = None,
+               budget: RowBudget | None = None, progress: bool = False) -> RoundsRun:
+    """Score every scheme on the rounds of the reference generations (or read stored rows back).
+
+    Args:
+        pair: :class:`mspec.lm.models.ModelPair`; its ``name`` goes into the row keys.
+        settings: :class:`RoundsSettings` (default: the full run).
+        out: folder of ``rounds.csv``; ``None`` keeps the rows in memory.
+        budget: how many new rows may be computed (:class:`RowBudget`; default: all).
+        progress: show a progress bar (``tqdm``; the command line does).
+
+    Raises:
+        StopSweep: the budget ran out (the rows computed so far are stored).
+    """
+    s = settings or RoundsSettings()
+    table = ResultTable(None if out is None else Path(out) / "rounds.csv", config_fields=CONFIG_FIELDS,
+                        value_fields=VALUE_FIELDS, budget=budget)
+    prompts = load_dataset_prompts(pair, s.main_dataset, s.prompts, source=s.data_source, max_chars=s.max_chars)
+    run = RoundsRun(s, pair.name, pair.description, pair_label(pair, s.draft_temperature))
+    jobs = [(prompt, s.seed + i) for prompt in prompts for i in range(s.seeds)]
+    for prompt, seed in with_progress(jobs, progress, desc="reference generations", unit="gen"):
+        run.rows += _generation_rows(pair, prompt, seed, s, table)
+    return run
+
+
+def _generation_rows(pair, prompt, seed: int, s: RoundsSettings, table: ResultTable) -> list[dict]:
+    """The rows of one reference generation; runs it only when a row is missing."""
+    base = {"preset": pair.name, "dataset": prompt.dataset, "prompt": prompt.tag, "seed": seed,
+            "reference": s.reference, "draft_length": s.draft_length, "draft_temperature": s.draft_temperature,
+            "target_temperature": s.target_temperature, "max_new_tokens": s.max_new_tokens}
+    cache = {}
+
+    def values(scheme, k):
+        if "rounds" not in cache:
+            cache["rounds"] = expected_per_round(pair, prompt, seed, s)
+        per_round, control = cache["rounds"][scheme, k]
+        return {"rounds": len(per_round), "per_round": per_round, "control": control}
+
+    return [table.compute({**base, "method": scheme, "num_drafts": k}, lambda job=(scheme, k): values(*job))
+            for scheme, k in methods(s.drafts_k, s.variants)]
+
+
+def _per_round(row) -> tuple[np.ndarray, np.ndarray]:
+    """``(values (n,), controls (n, L))`` of one row."""
+    def parse(value):
+        return json.loads(value) if isinstance(value, str) else value
+
+    values = np.asarray(parse(row["per_round"]), dtype=float)
+    controls = np.asarray(parse(row["control"]), dtype=float).reshape(values.size, -1)
+    return values, controls
+
+
+def cluster_mean_se(values: np.ndarray, groups: np.ndarray) -> tuple[float, float]:
+    """Mean pooled over rounds and its standard error clustered by ``groups`` (the rounds of
+    one generation share a prefix, so they are not independent)."""
+    n, labels = values.size, np.unique(groups)
+    mean = float(values.mean())
+    if labels.size < 2:
+        return mean, float("nan")
+    sums = np.array([np.sum(values[groups == g] - mean) for g in labels])
+    return mean, float(np.sqrt(labels.size / (labels.size - 1) * np.sum(sums ** 2)) / n)
+
+
+#: fit the control coefficients only with at least this many rounds per coefficient
+ROUNDS_PER_CONTROL = 10
+
+
+def control_adjusted(values: np.ndarray, controls: np.ndarray) -> np.ndarray:
+    """``values - controls @ b`` with ``b`` the least-squares fit of the centred values on the
+    centred controls; the controls have mean zero, so the mean is unchanged in expectation.
+    With fewer than :data:`ROUNDS_PER_CONTROL` rounds per control the fit would chase noise,
+    and the values come back unadjusted."""
+    if controls.size == 0 or not np.any(controls) or values.size < ROUNDS_PER_CONTROL * controls.shape[1]:
+        return values
+    centred = controls - controls.mean(axis=0)
+    b, *_ = np.linalg.lstsq(centred, values - values.mean(), rcond=None)
+    return values - controls @ b
+
+
+def _stack(gens: dict, keys: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(values, controls, groups)`` of the generations ``keys``, their rounds concatenated;
+    ``groups`` numbers the generation of each round."""
+    if not keys:
+        return np.zeros(0), np.zeros((0, 0)), np.zeros(0)
+    values = np.concatenate([gens[g][0] for g in keys])
+    controls = np.concatenate([gens[g][1] for g in keys])
+    groups = np.concatenate([np.full(gens[g][0].size, i) for i, g in enumerate(keys)])
+    return values, controls, groups
+
+
+def _estimate(values: np.ndarray, controls: np.ndarray, groups: np.ndarray) -> dict:
+    """Mean ± clustered s.e. with the control fit subtracted, and without it (``raw_``)."""
+    raw_mean, raw_se = cluster_mean_se(values, groups)
+    mean, se = cluster_mean_se(control_adjusted(values, controls), groups)
+    return {"mean": mean, "se": se, "raw_mean": raw_mean, "raw_se": raw_se, "rounds": int(values.size)}
+
+
+def summarize(run: RoundsRun) -> dict:
+    """Per method: mean expected tokens per round (with and without the control); per K:
+    paired differences optimal - other. Means pooled over rounds, standard errors clustered
+    by reference generation."""
+    by = {}
+    for row in run.rows:
+        by.setdefault((row["method"], int(row["num_drafts"])), {})[(row["prompt"], row["seed"])] = _per_round(row)
+    stats = {"block_efficiency": {f"{scheme} K={k}": _estimate(*_stack(gens, sorted(gens)))
+                                  for (scheme, k), gens in by.items()},
+             "optimal_minus": {}}
+    for k in run.settings.drafts_k:
+        opt = by.get(("optimal", k), {})
+        for scheme in ROUND_SCHEMES:
+            other = by.get((scheme, k), {})
+            keys = sorted(g for g in opt if g in other and opt[g][0].size)
+            if scheme == "optimal" or not keys:
+                continue
+            v_opt, z_opt, groups = _stack(opt, keys)
+            v_other, z_other, _ = _stack(other, keys)
+            stats["optimal_minus"][f"{scheme} K={k}"] = {
+                **_estimate(v_opt - v_other, np.hstack([z_opt, z_other]), groups), "generations": len(keys)}
+    return stats
+
+
+#: a paired difference counts as a lead or a deficit beyond this many standard errors
+SIGNIFICANT = 2.0
+#: without a standard error (one generation), a difference this small is a tie (float rounding)
+EXACT_TIE = 1e-12
+
+
+def comparison_verdict(mean: float, se: float) -> str:
+    """'ahead', 'BEHIND' or 'level' for a paired difference optimal - other."""
+    if not np.isfinite(se):
+        return "level" if abs(mean) < EXACT_TIE else ("ahead" if mean > 0 else "BEHIND")
+    if mean > SIGNIFICANT * se:
+        return "ahead"
+    if mean < -SIGNIFICANT * se:
+        return "BEHIND"
+    return "level"
+
+
+def _table_rows(stats: dict, drafts_k) -> tuple[list[list[str]], list[str]]:
+    """The printed table's rows, and the comparisons where optimal is significantly behind."""
+    body, behind = [], []
+    for k in drafts_k:
+        for scheme in ROUND_SCHEMES:
+            be = stats["block_efficiency"].get(f"{scheme} K={k}")
+            if be is None:  # a variant this run did not score
+                continue
+            row = [scheme, str(k), fmt(be["mean"], be["se"], 3), fmt(be["raw_mean"], be["raw_se"], 3),
+                   str(be["rounds"])]
+            d = stats["optimal_minus"].get(f"{scheme} K={k}")
+            if d is None:
+                row += ["", "", ""]
+            else:
+                verdict = comparison_verdict(d["mean"], d["se"])
+                if verdict == "BEHIND":
+                    behind.append(f"{scheme} K={k}")
+                row += [fmt(d["mean"], d["se"], 4), fmt(d["raw_mean"], d["raw_se"], 4), verdict]
+            body.append(row)
+    single = stats["block_efficiency"]["single K=1"]
+    body.append(["single", "1", fmt(single["mean"], single["se"], 3), fmt(single["raw_mean"], single["raw_se"], 3),
+                 str(single["rounds"]), "", "", ""])
+    return body, behind
+
+
+def report_rounds(run: RoundsRun, out: str | Path | None = None) -> dict:
+    """Print the paired table; with ``out``, write ``rounds.json`` there. Returns the stats."""
+    stats, s = summarize(run), run.settings
+    print(f"\nModel pair: {run.pair}")
+    print(f"Reference generations: {s.prompts} prompt(s) x {s.seeds} seed(s), {s.main_dataset}, "
+          f"{s.max_new_tokens} tokens, L = {s.draft_length}, drafts at T = {s.draft_temperature:g}, "
+          f"driven by {s.reference!r}")
+    body, behind = _table_rows(stats, s.drafts_k)
+    print_block("Paired block efficiency: expected tokens per round on the same rounds",
+                format_table(["method", "K", "tokens / round", "without control", "rounds",
+                              "optimal - this", "without control", "optimal is"], body),
+                [f"ours = {run.label}",
+                 "tokens / round: mean over rounds of the expected tokens given the drafts (selection "
+                 "randomness averaged out exactly, mspec.lm.decoding.expected_round_tokens), minus the fitted "
+                 "zero-mean control variate; ± s.e. clustered by reference generation",
+                 "optimal - this: the same, paired round by round; optimal is 'ahead' / 'behind' beyond "
+                 f"{SIGNIFICANT:g} s.e., else 'level'",
+                 "optimal = ratio buckets as atoms (the default at this vocabulary); optimal-tokens = every "
+                 "token its own atom (the lexicographic x): the same acceptance, a different x"
+                 if "optimal-tokens" in s.variants else ""])
+    print("\noptimal significantly behind: " + (", ".join(behind) if behind else
+                                                  f"nowhere (no difference below -{SIGNIFICANT:g} s.e.)"))
+    if out is not None:
+        out = Path(out)
+        write_json(out / "rounds.json", {"model_pair": run.pair, "label": run.label,
+                                         "settings": dataclasses.asdict(s), "stats": stats})
+        print(f"\nwrote {out / 'rounds.csv'}, {out / 'rounds.json'}")
+    return stats
