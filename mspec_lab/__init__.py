@@ -2,12 +2,12 @@
 
 What the book and the project's claims are measured with, kept out of the algorithms:
 
-* :mod:`~mspec_lab.experiments`: the paper's experiments and the round-rule comparison as
+* ``mspec_lab.experiments``: the paper's experiments and the round-rule comparison as
   plain functions, with resumable result tables and provenance.
-* :mod:`~mspec_lab.bench`: speed benchmarks (ratios against a baseline of the same run).
+* ``mspec_lab.bench``: speed benchmarks (ratios against a baseline of the same run).
 * :mod:`~mspec_lab.models`: model pairs by name (presets, hub and GGUF loading, GPU planning).
 * :mod:`~mspec_lab.metrics`: output-quality metrics (ROUGE-L, BLEU).
-* :mod:`~mspec_lab.cli`: the command line, ``python -m mspec_lab <command>`` (or
+* ``mspec_lab.cli``: the command line, ``python -m mspec_lab <command>`` (or
   ``mspec-lab <command>``).
 
 It installs with ``mspec`` (one ``pyproject.toml``), so pages that read results work on Colab.

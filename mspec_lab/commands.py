@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from mspec_lab.experiments import acceptance as acc
 from mspec_lab.experiments import live_decoding as dec
-from mspec_lab.experiments import paired_rounds as rounds
+from mspec_lab.experiments import paired_schemes as rounds
 from mspec_lab.experiments import paper
 from mspec_lab.experiments.inputs import DATA_SOURCES, DATASETS
-from mspec.synthetic import OPT_VOCAB_SIZE
+from mspec_lab.synthetic import OPT_VOCAB_SIZE
 from mspec_lab.bench.speed_optimal import OptimalSpeedSettings
 
 __all__ = ["COMMANDS", "Command", "DEFAULT_OUT"]

@@ -1,6 +1,6 @@
 """Model pairs by name: presets, hub and GGUF loading, GPU planning.
 
-:func:`load_pair` turns a preset name into a :class:`ModelPair` (draft model, target model,
+:func:`load_pair` turns a preset name into a :class:`~mspec.lm.models.ModelPair` (draft model, target model,
 tokenizer, and a plain-words description of what runs):
 
 * ``"smollm2"`` (the default, works offline): SmolLM2-135M-Instruct from the GGUF file that
@@ -8,7 +8,7 @@ tokenizer, and a plain-words description of what runs):
   The draft is the *same* model; the decoder runs it at the draft temperature(s). This shows
   the algorithm on real text, but on CPU the draft costs exactly as much as the target.
 * ``"smollm2-early-exit"`` (offline): the same target; the draft is its first 10 of 30
-  layers plus the final norm and LM head (:func:`early_exit_model`, shares the weights).
+  layers plus the final norm and LM head (:func:`~mspec.lm.models.early_exit_model`, shares the weights).
   A draft step costs about half a target step (the LM head is a large share of a 135M
   model), and as the truncated model was never trained to predict tokens it is a poor draft:
   its single-draft acceptance ``sum(min(p, q))`` on Dolly/XSum text is about 0.09 (0.17 with
@@ -43,7 +43,7 @@ from torch import nn
 
 from mspec.lm.data import hub_available
 from mspec.lm.models import ModelPair, check_same_vocab, early_exit_model, make_pair, tiny_model
-from mspec.synthetic import OPT_VOCAB_SIZE
+from mspec_lab.synthetic import OPT_VOCAB_SIZE
 
 __all__ = [
     "DEFAULT_EARLY_EXIT_LAYERS",
@@ -91,7 +91,7 @@ OPT_SHAPES = {
     "facebook/opt-13b": (5120, 40, 40, 20480, 5120, True),
 }
 #: Longest sequence of every OPT model (their hub configs; the vocabulary size is
-#: :data:`mspec.synthetic.OPT_VOCAB_SIZE`).
+#: :data:`mspec_lab.synthetic.OPT_VOCAB_SIZE`).
 OPT_MAX_POSITIONS = 2048
 #: Parameter counts of :data:`OPT_SHAPES` (tied LM head counted once; a test recounts them).
 OPT_PARAMETERS = {
@@ -146,7 +146,7 @@ def load_pair(
             written by ``save_pretrained``) never touches the hub; the tokenizer is the
             target's.
         draft_layers: if given, the draft is the target's first ``draft_layers`` layers
-            (early exit, :func:`early_exit_model`) instead of the preset's draft. Default for
+            (early exit, :func:`~mspec.lm.models.early_exit_model`) instead of the preset's draft. Default for
             ``"smollm2-early-exit"``: :data:`DEFAULT_EARLY_EXIT_LAYERS`.
         device: default ``"cuda"`` when available, else ``"cpu"``.
         dtype: default float16 for ``"opt"`` on GPU, float32 otherwise. ``"opt"`` loads the
@@ -156,7 +156,7 @@ def load_pair(
             ``$MSPEC_CACHE`` or ``~/.cache/mspec``); ``"opt"``: the Hugging Face cache.
 
     Returns:
-        The :class:`ModelPair`, both models in eval mode.
+        The :class:`~mspec.lm.models.ModelPair`, both models in eval mode.
 
     Raises:
         ValueError: unknown preset, bad argument, vocabularies that differ, a local folder

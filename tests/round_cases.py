@@ -1,5 +1,5 @@
 """Tiny model pairs and round arrays shared by the round-rule tests
-(test_traversal_verification.py, test_selected_block.py). Paper notation: draft p, target q."""
+(test_traversal.py, test_selected_block.py, test_round_rules.py). Paper notation: draft p, target q."""
 
 import functools
 

@@ -296,31 +296,3 @@ def test_every_scheme_class_of_the_package_is_registered_by_its_name():
     assert found and found == set(mspec.SCHEMES.values())
     rule = mspec.make_scheme("canonical", draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2)
     assert rule.acceptance() == pytest.approx(mspec.optimal_acceptance(draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2))
-
-
-def test_spectr_rho_matches_plain_bisection():
-    """The piecewise-Newton root equals the paper's plain bisection on g(rho)."""
-    from mspec.synthetic import lm_like_pair
-
-    def bisection(p, q, k):
-        def g(rho):
-            beta = np.minimum(p, q / rho).sum()
-            return 1 - (1 - beta) ** k - rho * beta
-
-        lo, hi = 1.0, float(k)
-        if g(lo) <= 0:
-            return lo
-        for _ in range(100):
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if g(mid) > 0 else (lo, mid)
-        return hi
-
-    rng = np.random.default_rng(11)
-    cases = [lm_like_pair(v, seed=s) for v, s in [(50, 0), (1000, 1), (20000, 2)]]
-    cases += [random_case(rng, vocab=6, num_drafts=1) for _ in range(100)]
-    for draft, target in cases:
-        for k in (2, 3, 8):
-            rule = mspec.SpecTr(draft=draft, target=target, num_drafts=k)
-            assert rule.rho == pytest.approx(bisection(draft, target, k), abs=1e-9)
-            # the residual is a valid distribution: acceptance never puts more than q(x) on x
-            assert 1 - (1 - rule.beta) ** k <= rule.rho * rule.beta + 1e-15

@@ -1,13 +1,18 @@
 """Canonical decomposition: select a draft with weights beta, then single-draft SpS to q.
 
 Paper notation: drafts X_i ~ p (``draft``), target q (``target``); p_I is the law of the
-selected draft (``induced``).
+selected draft (``induced``). The theorem's proof as code, beyond the book's running
+example: from any lossless scheme the weights of the proof are valid and reach its acceptance;
+the reachable induced laws are those of the set inequalities; the optimum is a projection.
 """
+
+import itertools
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 
+import mspec
 from mspec.schemes.canonical import CanonicalScheme, _tuple_weights, induced_distribution, solve_canonical_lp
 from mspec.schemes.exact import output_distribution
 from mspec.schemes.optimal_lp import OptimalLP
@@ -138,3 +143,110 @@ def test_lossless_and_optimal_hypothesis(case):
     rule = CanonicalScheme(draft=draft, target=target, num_drafts=k)
     assert_exact_law(rule, target, atol=1e-12)
     assert rule.acceptance() == pytest.approx(OptimalLP(draft=draft, target=target, num_drafts=k).acceptance(), abs=1e-9)
+
+
+# --- the theorem: any lossless scheme is a two-step one; the optimum is a projection ---------
+
+def proof_weights(scheme):
+    """The chapter's construction: copy the drafted outputs of ``scheme``, the rest on x_1."""
+    vocab, k = scheme.vocab_size, scheme.num_drafts
+    weights = np.zeros((vocab,) * k + (vocab,))
+    for t in itertools.product(range(vocab), repeat=k):
+        law, _ = scheme.conditional(np.array(t))
+        drafted = sorted(set(t))
+        weights[t][drafted] = law[drafted]
+        weights[t][t[0]] += 1.0 - weights[t].sum()
+    return weights
+
+
+def meets(rows, r):
+    """Whether ``r(A) <= 1 - prod_i (1 - p_i(A))`` for every set A (``rows``: one per draft)."""
+    n = r.size
+    for m in range(1, n):
+        for subset in itertools.combinations(range(n), m):
+            a = list(subset)
+            if r[a].sum() > 1 - np.prod([1 - row[a].sum() for row in rows]) + 1e-12:
+                return False
+    return True
+
+
+@pytest.mark.parametrize("scheme_cls", [mspec.SpecInfer, mspec.SpecTr, mspec.OptimalLP])
+def test_the_proof_turns_any_lossless_scheme_into_a_two_step_one(scheme_cls):
+    rng = np.random.default_rng(4)
+    for _ in range(12):
+        vocab = int(rng.integers(2, 5))
+        draft, target = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab) * 0.5)
+        scheme = scheme_cls(draft=draft, target=target, num_drafts=2)
+        weights = proof_weights(scheme)
+        two_step = CanonicalScheme(draft=draft, target=target, num_drafts=2, weights=weights)
+        assert two_step.acceptance() >= scheme.acceptance() - 1e-9
+        law, _ = mspec.output_distribution(two_step)
+        np.testing.assert_allclose(law, target, atol=1e-12)
+
+
+def test_the_proof_with_different_drafts_and_three_of_them():
+    rng = np.random.default_rng(5)
+    for _ in range(8):
+        rows, target = rng.dirichlet(np.ones(3), size=3), rng.dirichlet(np.ones(3))
+        scheme = mspec.SpecInfer(draft=rows, target=target)
+        p_I = induced_distribution(rows, proof_weights(scheme), 3)
+        assert np.minimum(target, p_I).sum() >= scheme.acceptance() - 1e-9
+
+
+def test_the_proof_applied_to_the_optimal_plan_reaches_the_optimum():
+    rng = np.random.default_rng(6)
+    for _ in range(10):
+        draft, target = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
+        lp = mspec.OptimalLP(draft=draft, target=target, num_drafts=2)
+        p_I = induced_distribution(draft, proof_weights(lp), 2)
+        assert np.minimum(target, p_I).sum() == pytest.approx(lp.acceptance(), abs=1e-9)
+
+
+def test_reachable_targets_are_exactly_those_of_the_set_inequalities():
+    rng = np.random.default_rng(7)
+    seen = set()
+    for _ in range(150):
+        k = int(rng.integers(2, 4))
+        vocab = int(rng.integers(3, 5))
+        rows = rng.dirichlet(np.ones(vocab), size=k)
+        r = rng.dirichlet(np.ones(vocab) * 2)
+        reached = CanonicalScheme(draft=rows, target=r).acceptance() > 1 - 1e-9
+        assert reached == meets(rows, r), (rows, r)
+        seen.add(reached)
+    assert seen == {True, False}  # both cases occur: the test can fail either way
+
+
+def test_for_three_tokens_and_two_identical_drafts_the_set_is_a_box_on_the_simplex():
+    rng = np.random.default_rng(8)
+    for _ in range(300):
+        draft, r = rng.dirichlet(np.ones(3)), rng.dirichlet(np.ones(3))
+        inside = np.all(draft**2 <= r + 1e-12) and np.all(r <= 1 - (1 - draft) ** 2 + 1e-12)
+        assert inside == meets([draft, draft], r)
+
+
+def box_corners(draft):
+    """Corners of {r on the simplex: p^2 <= r <= 1 - (1 - p)^2} (V = 3, two identical drafts)."""
+    low, high = draft**2, 1 - (1 - draft) ** 2
+    corners = []
+    for i, j in itertools.permutations(range(3), 2):
+        for a, b in itertools.product((low[i], high[i]), (low[j], high[j])):
+            r = np.zeros(3)
+            r[i], r[j], r[3 - i - j] = a, b, 1 - a - b
+            if np.all(r >= low - 1e-12) and np.all(r <= high + 1e-12):
+                corners.append(r)
+    return np.array(corners)
+
+
+def test_the_optimal_induced_law_is_a_closest_reachable_point():
+    rng = np.random.default_rng(9)
+    for _ in range(20):
+        draft, target = rng.dirichlet(np.ones(3)), rng.dirichlet(np.ones(3))
+        canon = CanonicalScheme(draft=draft, target=target, num_drafts=2)
+        assert meets([draft, draft], canon.induced)
+        tv = 0.5 * np.abs(canon.induced - target).sum()
+        assert canon.acceptance() == pytest.approx(1 - tv, abs=1e-9)
+        corners = box_corners(draft)
+        # the reachable set is convex: corners and random mixtures of them lie in it
+        points = np.vstack([corners, rng.dirichlet(np.ones(len(corners)), 2000) @ corners])
+        assert all(meets([draft, draft], r) for r in points[:50])
+        assert (0.5 * np.abs(points - target).sum(axis=1)).min() >= tv - 1e-9

@@ -14,6 +14,7 @@ from mspec.lm import decoding
 
 from mspec.schemes import registry
 from mspec.lm.decoding import autoregressive_generate, generate_with_baselines, speculative_generate
+from mspec.rounds import make_round_rule
 
 torch.set_num_threads(1)
 
@@ -160,8 +161,9 @@ def test_expected_round_tokens(models):
         expected = decoding.expected_round_tokens(drafted, draft_probs, target_probs, scheme=scheme,
                                                   draft_temperatures=[1.6] * 3)
         assert 1.0 <= expected <= 4.0
-        select = decoding._Selector(scheme, {}, [1.6] * 3, rng)
-        emitted = np.array([len(select(drafted, draft_probs, target_probs)[0]) for _ in range(3000)])
+        rule = make_round_rule("per-position", scheme=scheme, num_drafts=3, draft_temperatures=1.6)
+        arrays = (drafted.numpy(), draft_probs.numpy(), target_probs.numpy())
+        emitted = np.array([len(rule.verify(*arrays, rng).tokens) for _ in range(3000)])
         assert abs(emitted.mean() - expected) < 4 * emitted.std() / np.sqrt(emitted.size) + 1e-9, scheme
     # one draft: E = 1 + a_1 + a_1 a_2 + a_1 a_2 a_3 with a_j = min(1, q(x_j) / p(x_j))
     x = drafted[0].numpy()
@@ -292,6 +294,13 @@ def test_sampling_settings_restrict_tokens(models):
         (dict(max_new_tokens=100), "positions"),
         (dict(top_k=0), "top_k"),
         (dict(generator="seed"), "generator"),
+        # round rules: a scheme a rule would ignore, a K it cannot verify, an unknown rule
+        (dict(num_drafts=1, verify="block", scheme="optimal"), "verify='block'.*scheme='optimal'"),
+        (dict(verify="traversal", scheme="specinfer"), "verify='traversal'.*scheme='specinfer'"),
+        (dict(verify="traversal", scheme_params=dict(s=2)), "scheme_params"),
+        (dict(verify="block"), "num_drafts=1"),
+        (dict(verify="selected-block", scheme="specinfer"), "scheme"),
+        (dict(verify="nope"), "verify"),
     ],
 )
 def test_bad_input(models, kwargs, match):

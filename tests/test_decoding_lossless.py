@@ -105,12 +105,12 @@ def configurations():
     if "is" in registry.SCHEMES:  # truncated LP and alphabet, three drafts: scheme_params reach the scheme
         configs.append(("is", dict(num_drafts=3, scheme_params=dict(s=2, alphabet=4))))
     # block verification (one draft, the block verified jointly), also with top-k / top-p
-    configs.append(("single", dict(num_drafts=1, verify="block")))
-    configs.append(("single", dict(num_drafts=1, verify="block", target_temperature=0.8, top_k=5, top_p=0.9)))
+    configs.append((None, dict(num_drafts=1, verify="block")))
+    configs.append((None, dict(num_drafts=1, verify="block", target_temperature=0.8, top_k=5, top_p=0.9)))
     # traversal verification (the tree of K drafts) and selected-block verification
-    configs.append(("specinfer", dict(num_drafts=3, verify="traversal")))
-    configs.append(("specinfer", dict(num_drafts=2, verify="traversal", draft_temperatures=[1.2, 1.6])))
-    configs.append(("specinfer", dict(num_drafts=2, verify="traversal", target_temperature=0.8, top_k=5, top_p=0.9)))
+    configs.append((None, dict(num_drafts=3, verify="traversal")))
+    configs.append((None, dict(num_drafts=2, verify="traversal", draft_temperatures=[1.2, 1.6])))
+    configs.append((None, dict(num_drafts=2, verify="traversal", target_temperature=0.8, top_k=5, top_p=0.9)))
     configs.append(("optimal", dict(num_drafts=3, verify="selected-block")))
     configs.append(("is", dict(num_drafts=2, verify="selected-block", top_k=5, top_p=0.9)))
     return configs
@@ -118,7 +118,7 @@ def configurations():
 
 def _config_id(config):
     scheme, kwargs = config
-    return "-".join([scheme] + [f"{k}={v}" for k, v in kwargs.items()]).replace(" ", "")
+    return "-".join([scheme or "no-scheme"] + [f"{k}={v}" for k, v in kwargs.items()]).replace(" ", "")
 
 
 @pytest.mark.parametrize("scheme, kwargs", configurations(), ids=map(_config_id, configurations()))

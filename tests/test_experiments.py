@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 
 from mspec_lab.cli import COMMANDS, OPTIONAL_PACKAGES, main, missing_message, missing_packages
-from mspec_lab.experiments import acceptance, live_decoding, paired_rounds, paper
+from mspec_lab.experiments import acceptance, live_decoding, paired_schemes, paper
 from mspec_lab.experiments.acceptance import AcceptanceSettings
 from mspec_lab.experiments.live_decoding import DecodingSettings
-from mspec_lab.experiments.paired_rounds import RoundsSettings
+from mspec_lab.experiments.paired_schemes import RoundsSettings
 from mspec_lab.experiments.results import ResultTable, RowBudget, StopSweep, mean_se
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,11 +219,11 @@ def test_rounds_command(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Paired block efficiency" in out and "optimal significantly behind:" in out
     rows = csv_rows(tmp_path / "rounds.csv")
-    assert len(rows) == 1 + 2 * len(paired_rounds.ROUND_SCHEMES)  # 1 prompt x 1 seed
+    assert len(rows) == 1 + 2 * len(paired_schemes.ROUND_SCHEMES)  # 1 prompt x 1 seed
     assert main(argv) == 0
     assert csv_rows(tmp_path / "rounds.csv") == rows
     stats = json.loads((tmp_path / "rounds.json").read_text())["stats"]
-    assert set(stats["optimal_minus"]) == {f"{s} K={k}" for s in paired_rounds.ROUND_SCHEMES if s != "optimal"
+    assert set(stats["optimal_minus"]) == {f"{s} K={k}" for s in paired_schemes.ROUND_SCHEMES if s != "optimal"
                                            for k in (2, 3)}
 
 
@@ -286,15 +286,15 @@ def test_decoding_and_rounds_in_memory(tiny_pair, capsys):
     assert "Table 1: block efficiency vs K, dolly" in capsys.readouterr().out
     assert {g["what"] for g in check_goals(stats, settings)["b"]} == {f"{s} K=2" for s in paper.COMPARED_SCHEMES}
 
-    rounds_run = paired_rounds.run_rounds(tiny_pair, RoundsSettings.quick(prompts=1, max_new_tokens=6, drafts_k=(2,),
+    rounds_run = paired_schemes.run_rounds(tiny_pair, RoundsSettings.quick(prompts=1, max_new_tokens=6, drafts_k=(2,),
                                                                             draft_length=3))
-    assert len(rounds_run.rows) == 1 + len(paired_rounds.ROUND_SCHEMES)
+    assert len(rounds_run.rows) == 1 + len(paired_schemes.ROUND_SCHEMES)
     by = {(r["method"], r["num_drafts"]): r["per_round"] for r in rounds_run.rows}
     assert len({len(v) for v in by.values()}) == 1  # the same rounds for every method
     assert all(1.0 <= x <= 4.0 for v in by.values() for x in v)
     assert all(np.shape(r["control"]) == (len(r["per_round"]), 3) for r in rounds_run.rows)  # L = 3 per round
-    assert set(paired_rounds.summarize(rounds_run)["optimal_minus"]) == {
-        f"{s} K=2" for s in paired_rounds.ROUND_SCHEMES if s != "optimal"}
+    assert set(paired_schemes.summarize(rounds_run)["optimal_minus"]) == {
+        f"{s} K=2" for s in paired_schemes.ROUND_SCHEMES if s != "optimal"}
 
 
 def test_suite_in_memory(tiny_pair, capsys):
@@ -403,20 +403,20 @@ def test_rounds_estimators():
     noise it explains; the verdict needs two standard errors."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=400)
-    mean, se = paired_rounds.cluster_mean_se(x, np.arange(400))
+    mean, se = paired_schemes.cluster_mean_se(x, np.arange(400))
     assert mean == pytest.approx(x.mean()) and se == pytest.approx(x.std(ddof=1) / 20)
     shared = np.repeat(rng.normal(size=40), 10)  # 40 generations of 10 rounds with a common shift
-    clustered = paired_rounds.cluster_mean_se(shared + 0.1 * x, np.repeat(np.arange(40), 10))[1]
+    clustered = paired_schemes.cluster_mean_se(shared + 0.1 * x, np.repeat(np.arange(40), 10))[1]
     assert clustered > 2 * (shared + 0.1 * x).std() / 20
     z = rng.normal(size=(400, 2))
     values = 3.0 + z @ np.array([1.0, -2.0]) + 0.1 * x
-    adjusted = paired_rounds.control_adjusted(values, z)
+    adjusted = paired_schemes.control_adjusted(values, z)
     assert abs(adjusted.mean() - 3.0) < 0.05 and adjusted.std() < 0.2 < values.std()
-    assert paired_rounds.control_adjusted(values, np.zeros((400, 2))) is values
+    assert paired_schemes.control_adjusted(values, np.zeros((400, 2))) is values
     short = values[:19]  # too few rounds to fit 2 coefficients: unadjusted
-    np.testing.assert_array_equal(paired_rounds.control_adjusted(short, z[:19]), short)
-    assert not np.array_equal(paired_rounds.control_adjusted(values[:20], z[:20]), values[:20])
-    verdicts = [paired_rounds.comparison_verdict(m, 0.1) for m in (0.3, 0.1, -0.1, -0.3)]
+    np.testing.assert_array_equal(paired_schemes.control_adjusted(short, z[:19]), short)
+    assert not np.array_equal(paired_schemes.control_adjusted(values[:20], z[:20]), values[:20])
+    verdicts = [paired_schemes.comparison_verdict(m, 0.1) for m in (0.3, 0.1, -0.1, -0.3)]
     assert verdicts == ["ahead", "level", "level", "BEHIND"]
 
 
@@ -436,7 +436,7 @@ def test_timer_and_synthetic_pairs():
     from mspec_lab.bench.speed_optimal import TEMPERATURE_ONLY
     from mspec_lab.bench.timing import call_times, cycling, median_time
     from mspec.distributions import distribution_from_logits
-    from mspec.synthetic import OPT_VOCAB_SIZE, lm_like_pair
+    from mspec_lab.synthetic import OPT_VOCAB_SIZE, lm_like_pair
 
     assert reexported is lm_like_pair and reexported_timer is median_time  # chapter 6 imports them from bench
     calls = []

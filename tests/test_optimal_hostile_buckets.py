@@ -111,7 +111,7 @@ def test_induced_of_split_tokens_reads_no_marker():
         assert rule.atoms.bucket_atoms > 0 and rule.atoms.token_atoms > 0  # buckets and split tokens
         ranked = np.flatnonzero(rule.atoms.ranks() >= 0)
         tokens = np.unique(np.concatenate([rng.choice(ranked, size=300), np.argsort(-target)[:20]]))
-        one_by_one = [rule._x_of(int(t)) for t in tokens]  # (before the V-long induced exists)
+        one_by_one = [rule.induced_at(int(t)) for t in tokens]  # (before the V-long induced exists)
         np.testing.assert_allclose(rule.induced[tokens], one_by_one, rtol=1e-14, atol=0)
 
 

@@ -240,7 +240,7 @@ def test_key_laws_tile_the_unit_interval_with_the_right_masses(tiling):
 def test_slots_and_pool_at_full_vocabulary(k):
     # LM-shaped pairs at V = 50272: the pieces the drafts reach are realised by slots and a
     # pool (no greedy walk), and the key laws have the right length and nu-mass.
-    from mspec.synthetic import lm_like_pair
+    from mspec_lab.synthetic import lm_like_pair
 
     rng = np.random.default_rng(k)
     for seed, temperature in [(0, 0.8), (0, 1.5), (0, 2.0)]:
@@ -298,7 +298,7 @@ def test_matches_the_linear_program_and_beats_the_baselines():
 
 @pytest.mark.parametrize("k", [2, 4, 8])
 def test_full_vocabulary_acceptance_and_never_below_the_others(k):
-    from mspec.synthetic import lm_like_pair
+    from mspec_lab.synthetic import lm_like_pair
 
     for seed, temperature in [(0, 0.8), (1, 1.5), (2, 2.0)]:
         draft, target = lm_like_pair(50272, seed=seed, draft_temperature=temperature)
@@ -312,7 +312,7 @@ def test_full_vocabulary_acceptance_and_never_below_the_others(k):
 
 @pytest.mark.parametrize("atoms", ["tokens", "buckets"])
 def test_chi_square_at_a_thousand_tokens(atoms):
-    from mspec.synthetic import lm_like_pair
+    from mspec_lab.synthetic import lm_like_pair
 
     draft, target = lm_like_pair(1000, seed=3, draft_temperature=1.5)
     # pool the tail so every cell expects >= 5 samples: compare counts on the 60 most
@@ -572,7 +572,7 @@ def test_spread_tries_coarser_buckets_first():
     # Fact 6 first tries 4-bit buckets (fewer units), derived from the 6-bit sums without
     # dividing again: the same sums as bucketing with 4 bits directly. If the coarse
     # buckets fail, the 6-bit ones serve (forced here), still exact.
-    from mspec.synthetic import lm_like_pair
+    from mspec_lab.synthetic import lm_like_pair
 
     draft, target = lm_like_pair(50272, seed=0, draft_temperature=1.5)
     fine = _bucket_sums(target, draft, 6)
@@ -590,7 +590,7 @@ def test_spread_tries_coarser_buckets_first():
 def test_spread_at_full_vocabulary(temperature):
     # An optimum of 1 at V = 50272 (K = 8): no sort, and the key laws of drafted, random
     # and top tokens have length p_t and nu-mass q_t.
-    from mspec.synthetic import lm_like_pair
+    from mspec_lab.synthetic import lm_like_pair
 
     k = 8
     draft, target = lm_like_pair(50272, seed=0, draft_temperature=temperature)
@@ -610,7 +610,7 @@ def test_spread_at_full_vocabulary(temperature):
 def test_buckets_at_full_vocabulary_need_few_tokens_sorted(k):
     # V = 50272, LM-shaped pairs: "auto" uses buckets; only a few tokens are split out
     # (sorted) where the buckets straddle x = q, and the acceptance is still the optimum.
-    from mspec.synthetic import lm_like_pair
+    from mspec_lab.synthetic import lm_like_pair
 
     for seed, temperature in [(0, 0.8), (1, 1.5), (2, 2.0)]:
         draft, target = lm_like_pair(50272, seed=seed, draft_temperature=temperature)
@@ -627,7 +627,7 @@ def test_split_segments_are_bucketed_again_and_stay_exact():
     # some of it. Forcing that on small cases (no segment is too small to re-bucket) must
     # keep the exact law and the optimum; at full vocabulary, pairs whose first split is
     # large (an optimum close to, but below, 1) come out as finer buckets, not a sort.
-    from mspec.synthetic import lm_like_pair
+    from mspec_lab.synthetic import lm_like_pair
 
     rebucket = FastPath(spread=False, sort_below=0)  # fact 5 only; every segment bucketed again
     rng = np.random.default_rng(17)
@@ -654,7 +654,7 @@ def test_buckets_reach_the_optimum_on_random_lm_shaped_pairs():
     # A sweep over draft temperatures, K and seeds at V = 5000 (buckets from V = 4096):
     # the acceptance is the closed form, x passes the polytope's prefix test, and x <= q
     # up to a tight point in q/p order, x >= q after it (the certificate).
-    from mspec.synthetic import lm_like_pair
+    from mspec_lab.synthetic import lm_like_pair
 
     rng = np.random.default_rng(23)
     for trial in range(30):

@@ -17,7 +17,7 @@ from scipy.stats import chisquare
 from strategies import HOSTILE_FAMILIES, hostile_pair
 
 from mspec.rounds.selected_block import expected_selected_block_tokens, selected_block_verify
-from mspec.synthetic import OPT_VOCAB_SIZE
+from mspec_lab.synthetic import OPT_VOCAB_SIZE
 from mspec.rounds.traversal import expected_traversal_tokens, traversal_verify
 
 K, L, ROUNDS = 8, 3, 400

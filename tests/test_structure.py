@@ -1,8 +1,11 @@
 """The shape of the code base: rules a reader relies on, checked on every run.
 
-* **No import cycles** between the modules of :mod:`mspec` (module-level and
-  function-level imports, relative and absolute), so every module can be read after the
-  ones it imports.
+* **No import cycles** between the modules of :mod:`mspec` and :mod:`mspec_lab`
+  (module-level and function-level imports, relative and absolute), so every module can be
+  read after the ones it imports; and the library never imports the workshop.
+* **Rooms**: the algorithms are in folders (``schemes/``, ``rounds/``, ``lm/``, ``plots/``),
+  at most :data:`MAX_LOOSE_MODULES` modules at the top of :mod:`mspec`, no module over
+  :data:`MAX_MODULE_LINES` lines and the library at most :data:`MAX_PACKAGE_LINES` lines.
 * **Short functions**: at most :data:`MAX_FUNCTION_LINES` lines from ``def`` to the last
   line, unless a comment ``# long: <reason>`` on the line before the ``def`` (or its
   decorators) or on its first body line says why it is longer.
@@ -25,6 +28,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "mspec"
+#: the library and the workshop beside it (experiments, benchmarks, model presets)
+PACKAGES = ("mspec", "mspec_lab")
+#: the library's rooms
+ROOMS = ("schemes", "rounds", "lm", "plots")
+#: modules allowed at the top of the library, ``__init__.py`` not counted
+MAX_LOOSE_MODULES = 4
+#: longest module (lines), and the whole library
+MAX_MODULE_LINES = 800
+MAX_PACKAGE_LINES = 10_000
 
 #: longest function allowed without a ``# long: <reason>`` comment
 MAX_FUNCTION_LINES = 60
@@ -34,7 +46,7 @@ LONG_MARK = re.compile(r"#\s*long:\s*\S")
 #: phrases about how the work was assigned (matched case-insensitively, as whole words)
 ASSIGNMENT_PHRASES = ("the brief", "brief we were given", "goal (issue)", "the issue says", "issue #")
 #: what the wording check reads
-WORDING_SCOPE = ("mspec", "tests", "book", "notebooks", "README.md", "CONTRIBUTING.md")
+WORDING_SCOPE = ("mspec", "mspec_lab", "tests", "book", "notebooks", "README.md", "CONTRIBUTING.md")
 #: folders the wording check skips (build output, version control)
 SKIPPED_DIRS = {"_build", ".git", "__pycache__", ".ipynb_checkpoints"}
 
@@ -71,8 +83,8 @@ def module_name(path: Path, root: Path = ROOT) -> str:
 
 
 def package_modules(root: Path = ROOT) -> dict[str, Path]:
-    """Every module of the package ``root/mspec``, by dotted name."""
-    return {module_name(path, root): path for path in sorted((root / "mspec").rglob("*.py"))}
+    """Every module of the packages :data:`PACKAGES` under ``root``, by dotted name."""
+    return {module_name(path, root): path for package in PACKAGES for path in sorted((root / package).rglob("*.py"))}
 
 
 def imported_modules(name: str, path: Path, modules: set[str]) -> set[str]:
@@ -164,6 +176,31 @@ def test_no_import_cycles():
     assert not cycles, f"import cycles between mspec modules:\n{report}"
 
 
+def test_the_library_never_imports_the_workshop():
+    graph = import_graph()
+    wrong = sorted(f"{module} -> {imported}" for module, targets in graph.items() if module.split(".")[0] == "mspec"
+                   for imported in targets if imported.split(".")[0] == "mspec_lab")
+    assert not wrong, f"mspec must not import mspec_lab (move the code, or pass it in): {wrong}"
+
+
+# --- rooms and sizes ------------------------------------------------------------------------
+
+def test_the_library_is_in_rooms():
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= MAX_LOOSE_MODULES, f"modules at the top of mspec/: {loose}; move them into a room"
+    for room in ROOMS:
+        assert (PACKAGE / room / "__init__.py").is_file(), room
+
+
+def test_modules_and_the_library_are_small():
+    sizes = {_rel(p): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    big = {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES}
+    print(f"mspec/: {sum(sizes.values())} lines in {len(sizes)} modules; largest "
+          f"{max(sizes, key=sizes.get)} ({max(sizes.values())})")
+    assert not big, f"modules over {MAX_MODULE_LINES} lines (split them): {big}"
+    assert sum(sizes.values()) <= MAX_PACKAGE_LINES, "mspec/ is over its size: move workshop code to mspec_lab/"
+
+
 # --- function length ------------------------------------------------------------------------
 
 def long_functions(path: Path) -> list[str]:
@@ -181,7 +218,8 @@ def long_functions(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", [_param(p, PENDING_LONG_FUNCTIONS) for p in sorted(PACKAGE.rglob("*.py"))])
+@pytest.mark.parametrize("path", [_param(p, PENDING_LONG_FUNCTIONS) for package in PACKAGES
+                                  for p in sorted((ROOT / package).rglob("*.py"))])
 def test_functions_are_short(path):
     long = long_functions(path)
     assert not long, f"{_rel(path)}: over {MAX_FUNCTION_LINES} lines without '# long: <reason>': {long}"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import itertools
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,14 +34,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def base_package(rev: str, folder: Path):
-    """Import ``mspec/`` as it is at ``rev`` under the name ``mspec_base``."""
+    """Import ``mspec/`` as it is at ``rev`` under the name ``mspec_base`` (its absolute
+    imports of ``mspec`` renamed to match)."""
     files = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "mspec"], cwd=ROOT, check=True,
                            capture_output=True, text=True).stdout.split()
     for name in files:
         target = folder / "mspec_base" / Path(name).relative_to("mspec")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(subprocess.run(["git", "show", f"{rev}:{name}"], cwd=ROOT, check=True,
-                                          capture_output=True).stdout)
+        source = subprocess.run(["git", "show", f"{rev}:{name}"], cwd=ROOT, check=True,
+                                capture_output=True).stdout
+        if name.endswith(".py"):
+            source = re.sub(rb"^(\s*)(from|import) mspec\b", rb"\1\2 mspec_base", source, flags=re.M)
+        target.write_bytes(source)
     sys.path.insert(0, str(folder))
     return importlib.import_module("mspec_base")
 
@@ -77,7 +82,7 @@ def main(argv=None) -> int:
 
     sys.path.insert(0, str(ROOT))
     import mspec
-    from mspec.synthetic import OPT_VOCAB_SIZE, lm_like_pair
+    from mspec_lab.synthetic import OPT_VOCAB_SIZE, lm_like_pair
 
     with tempfile.TemporaryDirectory() as folder:
         base = base_package(args.rev, Path(folder))

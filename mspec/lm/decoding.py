@@ -17,7 +17,9 @@ A *round* (one call of the target model) works like this, with K drafts of lengt
    draft holds ``Y`` (a rejection) the round ends with ``Y``. If all L positions are
    accepted, one *bonus* token is sampled from ``q`` after the full draft. With one
    draft alive, every scheme is single-draft speculative sampling (the selected token is
-   that draft), which runs directly.
+   that draft), which runs directly. This is the round rule ``"per-position"``
+   (:mod:`mspec.rounds.per_position`); ``verify=`` picks another rule of
+   :data:`mspec.rounds.registry.ROUND_RULES`, which verifies whole blocks.
 
 **Why this is lossless.** Take a position ``j`` of a round and condition on everything that
 happened before it: the accepted prefix ``y_{<j}``, all drafted tokens at earlier
@@ -69,22 +71,24 @@ Deviations from the multi-draft decoding setting of the papers (SpecTr; Khisti e
 
 from __future__ import annotations
 
-import inspect
 import numbers
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 
-from mspec.rounds.block import block_verify
-from mspec.rounds.selected_block import SELECTION_SCHEMES, selected_block_verify
-from mspec.rounds.traversal import traversal_verify
 from mspec.distributions import distribution_from_logits
-from mspec.schemes.selection import sample_index
-from mspec.schemes.single import SingleDraft
+# the caches and checks live in mspec.lm.cache and mspec.lm.checks; their names stay importable from here
+from mspec.lm.cache import (COMPILED_STEP_WIDTH, STATIC_CACHE_MULTIPLE, _CachedModel,  # noqa: F401
+                            _compiled_call, _dynamic_cache, _model_device, _static_cache, _StaticCachedModel)
+from mspec.lm.checks import (_check_compilable, _check_draft_temperatures, _check_eos,  # noqa: F401
+                             _check_generator, _check_int, _check_models, _check_prompt, _check_settings,
+                             _check_temperature, _Settings, _vocab_size)
+from mspec.lm.result import GenerationResult, RoundRecord
+from mspec.rounds.per_position import position_scheme  # noqa: F401 -- re-exported
+from mspec.rounds.registry import ROUND_RULES, make_round_rule, round_rule_class
+from mspec.rounds.rule import RoundRule
 
 __all__ = [
     "DRAFT_CACHES",
@@ -101,296 +105,19 @@ __all__ = [
 #: text and changes batch size each round (``"dynamic"``), or is one fixed K-row buffer for
 #: the whole call (``"static"``, transformers' ``StaticCache``; see the module docstring)
 DRAFT_CACHES = ("dynamic", "static")
-#: how a round is verified: position by position with the scheme (``"token"``), or whole
-#: blocks: ``"block"`` (block verification, one draft; :mod:`mspec.rounds.block`),
-#: ``"traversal"`` (the tree of K drafts from the leaves up; :mod:`mspec.rounds.traversal`),
+#: values of ``speculative_generate(verify=...)``, the round rules of
+#: the token-level scheme of per-position verification when none is given
+DEFAULT_SCHEME = "specinfer"
+#: :data:`mspec.rounds.registry.ROUND_RULES`: position by position with the scheme
+#: (``"per-position"``; ``"token"`` is accepted as its earlier name), or whole blocks:
+#: ``"block"`` (block verification, one draft; :mod:`mspec.rounds.block`), ``"traversal"``
+#: (the tree of K drafts from the leaves up; :mod:`mspec.rounds.traversal`),
 #: ``"selected-block"`` (select one block position by position with ``scheme``, then block
 #: verification; :mod:`mspec.rounds.selected_block`)
-VERIFICATIONS = ("token", "block", "traversal", "selected-block")
-#: a static draft cache holds a multiple of this many positions (at least what the call
-#: needs), so calls of similar length share one buffer shape and a compiled draft step is
-#: not recompiled for every prompt length (transformers' ``generate`` keeps the longest
-#: length seen for the same reason)
-STATIC_CACHE_MULTIPLE = 256
-#: the widest input a compiled draft step runs: a round's first draft step feeds one token,
-#: or two after a round that accepted everything (the draft's cache lags one token), then one
-#: token per step; the prefill, wider, runs uncompiled, so the compiled step sees two shapes
-COMPILED_STEP_WIDTH = 2
+VERIFICATIONS = tuple(ROUND_RULES)
 #: the selection's numpy Generator is seeded with a number drawn below this bound from the
 #: run's torch Generator (62 bits: any such seed, and within ``torch.randint``'s int64 range)
 NUMPY_SEED_BOUND = 2**62
-
-
-@dataclass
-class RoundRecord:
-    """What happened in one round (one target call).
-
-    Attributes:
-        alive: number of drafts offered to the scheme at each position reached, e.g.
-            ``[3, 2, 1]``; empty for autoregressive sampling.
-        accepted_length: number of drafted tokens accepted (0..L).
-        winner: 0-based index of the draft whose tokens were accepted (the first one if
-            several drafts hold them), ``None`` when nothing was accepted.
-        bonus: whether all L positions were accepted and a bonus token was drawn.
-        emitted: tokens added to the output by this round (``accepted_length + 1``, less
-            after EOS / ``max_new_tokens`` truncation).
-        draft_time: seconds in the draft model (forward passes and sampling).
-        target_time: seconds in the target model's forward pass.
-        selection_time: seconds in the token-level selection scheme.
-        cache_time: seconds expanding, selecting and cropping KV caches.
-    """
-
-    alive: list[int]
-    accepted_length: int
-    winner: int | None
-    bonus: bool
-    emitted: int
-    draft_time: float = 0.0
-    target_time: float = 0.0
-    selection_time: float = 0.0
-    cache_time: float = 0.0
-
-
-@dataclass
-class GenerationResult:
-    """Output of :func:`speculative_generate` or :func:`autoregressive_generate`.
-
-    Attributes:
-        token_ids: generated token ids (the prompt excluded).
-        rounds: one :class:`RoundRecord` per decoding target call.
-        method: ``"autoregressive"`` or the scheme name.
-        num_drafts: K (0 for autoregressive).
-        draft_length: L (0 for autoregressive).
-        wall_time: seconds for the whole call, prefill included.
-        prefill_time: seconds for the prompt prefill of both models.
-        text: decoded ``token_ids`` when a tokenizer was given.
-    """
-
-    token_ids: list[int]
-    rounds: list[RoundRecord]
-    method: str
-    num_drafts: int
-    draft_length: int
-    wall_time: float
-    prefill_time: float = 0.0
-    text: str | None = None
-
-    @property
-    def num_target_calls(self) -> int:
-        """Decoding target forward passes (prefill not counted)."""
-        return len(self.rounds)
-
-    @property
-    def block_efficiency(self) -> float:
-        """Generated tokens per decoding target call (1.0 for autoregressive sampling)."""
-        return len(self.token_ids) / len(self.rounds) if self.rounds else float("nan")
-
-    @property
-    def tokens_per_second(self) -> float:
-        """Generated tokens per second of wall-clock time, prefill included."""
-        return len(self.token_ids) / self.wall_time if self.wall_time > 0 else float("nan")
-
-    def acceptance_per_position(self) -> np.ndarray:
-        """P(position j is accepted | the round reached position j), shape ``(L,)``.
-
-        ``nan`` where no round reached position j.
-        """
-        reached = np.zeros(self.draft_length)
-        accepted = np.zeros(self.draft_length)
-        for r in self.rounds:
-            reached[: len(r.alive)] += 1
-            accepted[: r.accepted_length] += 1
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return accepted / reached
-
-    def timing(self) -> dict[str, float]:
-        """Mean seconds per round in each part of a round.
-
-        Returns:
-            ``draft`` / ``target`` / ``selection`` / ``cache`` (as in :class:`RoundRecord`);
-            ``other``: the rest of the decoding time (after the prefill), the decoder's
-            Python bookkeeping between the parts and an ``on_round`` callback's time, so the
-            five parts add up to the mean round; ``draft_step``: ``draft / L``, one K-row draft
-            step with its sampling (0 for autoregressive sampling).
-        """
-        n = max(len(self.rounds), 1)
-        parts = {
-            part: sum(getattr(r, f"{part}_time") for r in self.rounds) / n
-            for part in ("draft", "target", "selection", "cache")
-        }
-        decoding = (self.wall_time - self.prefill_time) / n if self.rounds else 0.0
-        parts["other"] = max(decoding - sum(parts.values()), 0.0)
-        parts["draft_step"] = parts["draft"] / self.draft_length if self.draft_length else 0.0
-        return parts
-
-
-class _CachedModel:
-    """A causal LM with a KV cache of the token ids in ``self.tokens`` (shape ``(B, c)``).
-
-    ``tokens`` mirrors what the cache holds, row by row, so tests can check the cached
-    logits against a full recomputation.
-    """
-
-    def __init__(self, model, cache=None, rows: int = 1):
-        self.model = model
-        self.device = _model_device(model)
-        self.cache = _dynamic_cache(model) if cache is None else cache
-        # transformers 5 renamed the forward argument `past_key_values` to `cache`
-        params = inspect.signature(model.forward).parameters
-        self.cache_arg = "cache" if "cache" in params else "past_key_values"
-        self.logits_to_keep = "logits_to_keep" in params
-        self.compiled_step = None  # a compiled call for inputs of up to COMPILED_STEP_WIDTH tokens
-        self.tokens = torch.zeros((rows, 0), dtype=torch.long, device=self.device)
-
-    @property
-    def length(self) -> int:
-        return self.tokens.shape[1]
-
-    def forward(self, input_ids: torch.Tensor, last: int = 1) -> torch.Tensor:
-        """Feed ``input_ids`` ``(B, T)`` after the cached tokens.
-
-        Returns:
-            float64 logits of the ``last`` positions, ``(B, last, V)``.
-        """
-        # the compiled step runs decoding steps only: the first call (the prefill, or the first
-        # step after a one-token prompt) runs uncompiled and allocates the cache's buffers
-        step = self.compiled_step is not None and self.length > 0 and input_ids.shape[1] <= COMPILED_STEP_WIDTH
-        call = self.compiled_step if step else self.model
-        out = call(input_ids=input_ids, use_cache=True, **self._call_kwargs(input_ids, last))
-        self.tokens = torch.cat([self.tokens, input_ids], dim=1)
-        return out.logits[:, -last:].double()
-
-    def _call_kwargs(self, input_ids: torch.Tensor, last: int) -> dict:
-        """The model's keyword arguments besides ``input_ids`` and ``use_cache``."""
-        kwargs = {self.cache_arg: self.cache}
-        if self.logits_to_keep:  # skip the LM head on positions nobody reads (e.g. the prompt)
-            kwargs["logits_to_keep"] = last
-        return kwargs
-
-    def expand(self, k: int) -> None:
-        """Repeat the (batch-1) cache into ``k`` rows."""
-        self.cache.batch_repeat_interleave(k)
-        self.tokens = self.tokens.repeat_interleave(k, dim=0)
-
-    def keep(self, row: int, length: int) -> None:
-        """Keep only batch row ``row``, cropped to its first ``length`` tokens."""
-        if self.tokens.shape[0] > 1:
-            # the row index stays on the CPU: a CPU index selects rows of a tensor on any device,
-            # a CUDA index only on its own GPU -- and with device_map="auto" the cache layers
-            # live on the GPUs of their model layers, not all on self.device (the first one)
-            self.cache.batch_select_indices(torch.tensor([row]))
-        if self.length > length:
-            self.cache.crop(length - self.length)  # crop() takes minus the tokens to remove
-        self.tokens = self.tokens[row : row + 1, :length]
-
-
-class _StaticCachedModel(_CachedModel):
-    """A draft model whose KV cache is one fixed buffer of K rows (``draft_cache="static"``).
-
-    Every row holds the accepted prefix at the start of a round, so :meth:`expand` has
-    nothing to do, and :meth:`keep` copies the surviving row into the others in place: the
-    buffers never change shape or address, as CUDA graphs need.
-    """
-
-    def __init__(self, model, rows: int, max_length: int, compiled: bool = False):
-        super().__init__(model, cache=_static_cache(model, max_length), rows=rows)
-        self.rows = rows
-        self.agreed = 0  # every row holds the same keys and values before this position
-        self.position_ids = "position_ids" in inspect.signature(model.forward).parameters
-        if compiled:
-            self.compiled_step = _compiled_call(model)
-
-    def forward(self, input_ids: torch.Tensor, last: int = 1) -> torch.Tensor:
-        """As :meth:`_CachedModel.forward`; a one-row input (the prompt) goes to all K rows."""
-        if input_ids.shape[0] == 1 < self.rows:
-            input_ids = input_ids.expand(self.rows, -1)
-        return super().forward(input_ids.contiguous(), last)  # one memory layout: one compiled graph
-
-    def _call_kwargs(self, input_ids: torch.Tensor, last: int) -> dict:
-        """As :meth:`_CachedModel._call_kwargs`, and the positions of ``input_ids``: the
-        positions a model would compute itself, but from the cache's fill counter, a tensor
-        that some models (OPT) read into a Python number, which breaks a compiled graph."""
-        kwargs = super()._call_kwargs(input_ids, last)
-        if self.position_ids:
-            positions = torch.arange(self.length, self.length + input_ids.shape[1], device=input_ids.device)
-            kwargs["position_ids"] = positions.expand(input_ids.shape[0], -1)
-        return kwargs
-
-    def expand(self, k: int) -> None:
-        """Nothing to do: the cache has its K rows already."""
-        if k != self.rows:
-            raise ValueError(f"this static cache has {self.rows} rows, not {k}")
-
-    def keep(self, row: int, length: int) -> None:
-        """Copy row ``row``'s keys and values into every row, cropped to ``length`` tokens.
-
-        Only the positions written since the last :meth:`keep` differ between rows, so only
-        they are copied.
-        """
-        if self.rows > 1:
-            for layer in self.cache.layers:
-                for buffer in (layer.keys, layer.values):
-                    buffer[:, :, self.agreed : length] = buffer[row : row + 1, :, self.agreed : length].clone()
-        if self.length > length:
-            self.cache.crop(length - self.length)  # in place: moves the layers' fill counters back
-        self.tokens = self.tokens[row : row + 1, :length].expand(self.rows, -1)
-        self.agreed = length
-
-
-def _dynamic_cache(model):
-    """An empty ``DynamicCache`` for ``model`` (with its config: it knows sliding-window layers)."""
-    try:
-        return DynamicCache(config=model.config)
-    except TypeError:  # transformers < 4.56 (untested here)
-        return DynamicCache()
-
-
-def _static_cache(model, max_length: int):
-    """An empty ``StaticCache`` for ``model`` of at least ``max_length`` positions.
-
-    Raises:
-        ValueError: when a layer of ``model`` is not a plain full-attention layer (e.g. a
-            sliding window, whose buffer rolls, so a row cannot be copied position by position).
-    """
-    from transformers import StaticCache
-    from transformers.cache_utils import StaticLayer
-
-    size = -(-max_length // STATIC_CACHE_MULTIPLE) * STATIC_CACHE_MULTIPLE
-    cache = StaticCache(config=model.config, max_cache_len=size)
-    kinds = sorted({type(layer).__name__ for layer in cache.layers if type(layer) is not StaticLayer})
-    if kinds:
-        raise ValueError(
-            f"draft_cache='static' needs a draft whose layers all attend to the whole prefix, but "
-            f"{type(model).__name__} has {', '.join(kinds)} layers; use draft_cache='dynamic'"
-        )
-    return cache
-
-
-def _compiled_call(model):
-    """``model``'s forward compiled as transformers' ``generate`` compiles it for a static
-    cache: ``get_compiled_call`` with the default ``CompileConfig`` (torch.compile, mode
-    ``"reduce-overhead"``: CUDA graphs)."""
-    from transformers import CompileConfig
-
-    if hasattr(model, "get_compiled_call"):
-        return model.get_compiled_call(CompileConfig())
-    return torch.compile(model, **CompileConfig().to_dict())
-
-
-@dataclass
-class _Settings:
-    """The checked arguments of one :func:`speculative_generate` call."""
-
-    scheme: str
-    params: dict
-    num_drafts: int
-    draft_length: int
-    temps: list[float]
-    target_temperature: float
-    sampling: dict
-    prompt: list[int]
-    max_new: int
-    eos: frozenset[int]
 
 
 # long: the docstring documents each of the 20 arguments; the body is a few calls
@@ -399,7 +126,7 @@ def speculative_generate(
     *,
     draft_model,
     target_model,
-    scheme: str = "specinfer",
+    scheme: str | None = None,
     num_drafts: int = 2,
     draft_length: int = 5,
     draft_temperatures: float | Sequence[float] = 1.0,
@@ -412,7 +139,7 @@ def speculative_generate(
     scheme_params: dict | None = None,
     draft_cache: str = "dynamic",
     compile_draft: bool = False,
-    verify: str = "token",
+    verify: str = "per-position",
     tokenizer=None,
     on_round=None,
 ) -> GenerationResult:
@@ -426,7 +153,10 @@ def speculative_generate(
             or a string when ``tokenizer`` is given.
         draft_model: causal LM (``transformers`` model in eval mode) that drafts.
         target_model: causal LM whose distribution is sampled; same vocabulary.
-        scheme: token-level selection scheme, a key of :data:`mspec.schemes.registry.SCHEMES`.
+        scheme: token-level selection scheme, a key of :data:`mspec.schemes.registry.SCHEMES`,
+            for ``verify="per-position"`` (default ``"specinfer"``) and
+            ``"selected-block"`` (default ``"optimal"``); ``"block"`` and ``"traversal"`` take
+            none (passing one is an error).
         num_drafts: K >= 1 drafts per round (``"single"`` needs K = 1).
         draft_length: L >= 1 drafted tokens per draft per round.
         draft_temperatures: one temperature > 0 for K identical drafts, or a sequence of K
@@ -451,14 +181,16 @@ def speculative_generate(
         compile_draft: with ``draft_cache="static"`` and the draft on a CUDA GPU, run the
             draft's decoding steps compiled with CUDA graphs (``torch.compile``, mode
             ``"reduce-overhead"``; the first calls compile, later ones replay).
-        verify: one of :data:`VERIFICATIONS`: ``"token"`` (the default: ``scheme`` position by
-            position); ``"block"`` (block verification of Sun et al., ICLR 2025: the drafted
+        verify: the round rule, one of :data:`VERIFICATIONS` (:func:`mspec.rounds.registry.make_round_rule`):
+            ``"per-position"`` (the default: ``scheme`` position by position; ``"token"``, its
+            earlier name, is accepted too); ``"block"`` (block verification of Sun et al., ICLR 2025: the drafted
             block verified jointly; the most tokens per round for one draft; needs
             ``num_drafts=1``; ``scheme`` unused); ``"traversal"`` (the tree of the K drafts
             verified from the leaves up, after Weng et al., NeurIPS 2025; any drafts;
             ``scheme`` unused); ``"selected-block"`` (one block selected position by position
             with ``scheme``, one of :data:`mspec.rounds.selected_block.SELECTION_SCHEMES`, then block
-            verification; identical drafts). All exactly lossless.
+            verification; identical drafts). All exactly lossless. ``scheme_params`` reach the
+            scheme of ``"per-position"`` only.
         tokenizer: optional; decodes the output into ``GenerationResult.text``.
         on_round: optional ``on_round(drafted, draft_probs, target_probs)``, called after
             each round's target pass with the round's drafted ids ``(K, L)``, draft
@@ -476,44 +208,19 @@ def speculative_generate(
         prompt_ids, draft_model, target_model, scheme=scheme, num_drafts=num_drafts, draft_length=draft_length,
         draft_temperatures=draft_temperatures, target_temperature=target_temperature, top_k=top_k, top_p=top_p,
         max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, scheme_params=scheme_params, tokenizer=tokenizer)
-    _check_verify(verify, settings)
+    rule = _round_rule(verify, settings)
     cached_draft = _cached_draft_model(draft_model, settings, draft_cache, compile_draft)
     gen = _check_generator(generator, _model_device(draft_model))
     # the scheme's numpy Generator is seeded from `gen`, so one seed fixes the whole run
     rng = np.random.default_rng(int(torch.randint(0, NUMPY_SEED_BOUND, (1,), generator=gen, device=gen.device)))
     devices = _cuda_devices(draft_model, target_model)  # every clock reading waits for all of them
     start = _clock(devices)
-    decoder = _Decoder(cached_draft, _CachedModel(target_model), settings, gen, rng, on_round, devices, verify)
+    decoder = _Decoder(cached_draft, _CachedModel(target_model), settings, gen, rule, rng, on_round, devices)
     with torch.inference_mode():
         seq, rounds, prefill_time = decoder.generate(start)
-    return _result(seq[len(settings.prompt) :], rounds, scheme, settings.num_drafts, settings.draft_length, start,
+    method = getattr(rule, "scheme", None) or rule.name
+    return _result(seq[len(settings.prompt) :], rounds, method, settings.num_drafts, settings.draft_length, start,
                    prefill_time, tokenizer, devices)
-
-
-def _check_settings(prompt_ids, draft_model, target_model, *, scheme, num_drafts, draft_length, draft_temperatures,
-                    target_temperature, top_k, top_p, max_new_tokens, eos_token_id, scheme_params,
-                    tokenizer) -> _Settings:
-    """Check the arguments of :func:`speculative_generate` (same names) and gather them.
-
-    Raises:
-        ValueError: naming the first bad argument and what it must be.
-    """
-    from mspec.schemes import registry  # imported late: the registry imports every scheme
-
-    if not isinstance(scheme, str) or scheme not in registry.SCHEMES:
-        raise ValueError(f"`scheme` must be one of {sorted(registry.SCHEMES)}, got {scheme!r}")
-    k = _check_int(num_drafts, "num_drafts", "the number of drafts K")
-    big_l = _check_int(draft_length, "draft_length", "the number of drafted tokens L per round")
-    temps = _check_draft_temperatures(draft_temperatures, k)
-    _check_temperature(target_temperature, "target_temperature")
-    prompt = _check_prompt(prompt_ids, tokenizer)
-    max_new = _check_int(max_new_tokens, "max_new_tokens", "the number of tokens to generate")
-    eos = _check_eos(eos_token_id)
-    _check_models(draft_model, target_model, len(prompt) + max_new + big_l - 1)
-    sampling = dict(top_k=top_k, top_p=top_p)
-    distribution_from_logits(torch.zeros(1), temperature=1.0, **sampling)  # validates top_k / top_p
-    return _Settings(scheme, dict(scheme_params or {}), k, big_l, temps, target_temperature, sampling, prompt,
-                     max_new, eos)
 
 
 def _cached_draft_model(draft_model, settings: _Settings, draft_cache: str, compile_draft: bool) -> _CachedModel:
@@ -535,34 +242,26 @@ def _cached_draft_model(draft_model, settings: _Settings, draft_cache: str, comp
     return _StaticCachedModel(draft_model, settings.num_drafts, max_length, compiled=compile_draft)
 
 
-def _check_compilable(draft_model, draft_cache: str) -> None:
-    """Raise a ``ValueError`` naming the fix unless ``compile_draft=True`` can work: a static
-    draft cache, and the draft on a CUDA GPU (what CUDA graphs record)."""
-    if draft_cache != "static":
-        raise ValueError("`compile_draft=True` needs draft_cache='static': CUDA graphs replay fixed buffers, "
-                         "which a dynamic cache does not have")
-    device = _model_device(draft_model)
-    if device.type != "cuda":
-        raise ValueError(
-            f"`compile_draft=True` records the draft's steps as CUDA graphs and needs the draft model on a CUDA "
-            f"GPU, but it is on {device}; drop compile_draft (draft_cache='static' alone runs on any device) "
-            "or move the draft to a GPU"
-        )
+def _round_rule(verify: str, settings: _Settings) -> RoundRule:
+    """The round rule ``verify`` names (:func:`mspec.rounds.registry.make_round_rule`), for this call's K
+    and temperatures; per-position verification without a ``scheme`` uses :data:`DEFAULT_SCHEME`."""
+    cls = round_rule_class(verify)
+    scheme = settings.scheme
+    if scheme is None and cls.name == "per-position":
+        scheme = DEFAULT_SCHEME
+    return make_round_rule(cls.name, scheme=scheme,
+                           scheme_params=settings.params or None, num_drafts=settings.num_drafts,
+                           draft_temperatures=settings.temps)
 
 
 class _Decoder:
     """The rounds of one :func:`speculative_generate` call, after its arguments are checked."""
 
     def __init__(self, draft_model: _CachedModel, target_model: _CachedModel, settings: _Settings,
-                 gen: torch.Generator, rng: np.random.Generator, on_round, devices, verify: str = "token"):
+                 gen: torch.Generator, rule: RoundRule, rng: np.random.Generator, on_round, devices):
         self.draft_model, self.target_model = draft_model, target_model
         self.settings, self.gen, self.on_round, self.devices = settings, gen, on_round, devices
-        if verify == "block":
-            self.select = _BlockSelector(rng)
-        elif verify in ("traversal", "selected-block"):
-            self.select = _TreeSelector(verify, settings.scheme, rng)
-        else:
-            self.select = _Selector(settings.scheme, settings.params, settings.temps, rng)
+        self.rule, self.rng = rule, rng
 
     def generate(self, start: float) -> tuple[list[int], list[RoundRecord], float]:
         """Prefill, then run rounds until EOS or ``max_new_tokens``.
@@ -613,15 +312,17 @@ class _Decoder:
         if self.on_round is not None:
             self.on_round(drafted, draft_probs, target_probs)
             t3 = clock()  # the callback's time is nobody's
-        out, accepted, alive, alive_counts = self.select(drafted, draft_probs, target_probs)
+        # the round rule takes numpy arrays: the round is copied to the host once
+        outcome = self.rule.verify(drafted.cpu().numpy(), draft_probs.double().cpu().numpy(),
+                                   target_probs.double().cpu().numpy(), self.rng)
         t4 = clock()
         # keep a row holding the accepted tokens, cropped to prefix + accepted tokens
-        row = alive[0]
+        row, accepted = outcome.rows[0], outcome.accepted
         self.draft_model.keep(row, min(n + accepted, self.draft_model.length))  # after all-accept it lags by one
         self.target_model.keep(row, n + accepted)
         t5 = clock()
-        return out, RoundRecord(
-            alive_counts, accepted, row if accepted else None, accepted == s.draft_length, 0,
+        return list(outcome.tokens), RoundRecord(
+            list(outcome.alive_counts), accepted, row if accepted else None, accepted == s.draft_length, 0,
             draft_time=t2 - t1, target_time=t3 - t2, selection_time=t4 - t3, cache_time=(t1 - t0) + (t5 - t4),
         )
 
@@ -683,230 +384,24 @@ def _score(target_model: _CachedModel, seq, drafted, temperature, sampling):
     return distribution_from_logits(logits, temperature=temperature, **sampling)
 
 
-class _Selector:
-    """Runs the token-level scheme position by position over the drafts of one round."""
-
-    def __init__(self, scheme, params, temps, rng):
-        self.scheme, self.params = scheme, params
-        self.temps, self.rng = temps, rng
-
-    def __call__(self, drafted, draft_probs, target_probs):
-        """Select the output tokens of one round.
-
-        Args:
-            drafted: ``(K, L)`` drafted token ids.
-            draft_probs: ``(K, L, V)`` draft distributions ``p_i``.
-            target_probs: ``(K, L + 1, V)`` target distributions ``q``.
-
-        Returns:
-            ``(out, accepted, alive, alive_counts)``: the output tokens (accepted drafted
-            tokens, then the resampled or bonus token), their number of accepted drafted
-            tokens, the drafts that hold all accepted tokens, and the number of drafts
-            offered at each position.
-        """
-        k, big_l = drafted.shape
-        drafted = drafted.cpu().numpy()
-        alive = list(range(k))  # drafts whose tokens all match the output so far
-        alive_counts, out = [], []
-        for j in range(big_l):
-            alive_counts.append(len(alive))
-            tokens = drafted[alive, j]
-            rule = position_scheme(self.scheme, self.params, draft_probs[:, j], target_probs[:, j],
-                                   self.temps, alive)
-            y = rule.sample(tokens, self.rng).token
-            out.append(y)
-            # continue with the drafts that hold y -- decided by matching, not by
-            # `Selection.accepted`, so a drafted token output from a residual also continues
-            # (either way y ~ q and the drafts holding y share the new prefix)
-            holding = [i for i, x in zip(alive, tokens) if x == y]
-            if not holding:
-                return out, j, alive, alive_counts  # rejection ends the round
-            alive = holding
-        # all L accepted: a bonus token from q after the full draft
-        out.append(sample_index(target_probs[alive[0], big_l].cpu().numpy(), self.rng))
-        return out, big_l, alive, alive_counts
-
-
-class _BlockSelector:
-    """Block verification of the one drafted block of a round (:mod:`mspec.rounds.block`)."""
-
-    def __init__(self, rng):
-        self.rng = rng
-
-    def __call__(self, drafted, draft_probs, target_probs):
-        """As :meth:`_Selector.__call__`, for K = 1."""
-        block = drafted[0].cpu().numpy()
-        kept, token = block_verify(block, draft_probs[0].double().cpu().numpy(),
-                                   target_probs[0].double().cpu().numpy(), self.rng)
-        out = [int(t) for t in block[:kept]] + [token]
-        return out, kept, [0], [1] * min(kept + 1, block.size)
-
-
-class _TreeSelector:
-    """Traversal or selected-block verification of the K drafted blocks of a round."""
-
-    def __init__(self, verify: str, scheme: str, rng):
-        self.verify, self.scheme, self.rng = verify, scheme, rng
-
-    def __call__(self, drafted, draft_probs, target_probs):
-        """As :meth:`_Selector.__call__`."""
-        blocks = drafted.cpu().numpy()
-        p, q = draft_probs.double().cpu().numpy(), target_probs.double().cpu().numpy()
-        if self.verify == "traversal":
-            out, rows = traversal_verify(blocks, p, q, self.rng)
-        else:
-            out, rows = selected_block_verify(blocks, p, q, self.rng, scheme=self.scheme)
-        kept = len(out) - 1
-        alive_counts = [int(np.sum(np.all(blocks[:, :j] == blocks[rows[0], :j], axis=1)))
-                        for j in range(min(kept + 1, blocks.shape[1]))]
-        return out, kept, rows, alive_counts
-
-
-def _check_verify(verify, settings) -> None:
-    if verify not in VERIFICATIONS:
-        raise ValueError(f"`verify` must be one of {VERIFICATIONS}, got {verify!r}")
-    if verify == "block" and settings.num_drafts != 1:
-        raise ValueError(f"verify='block' verifies one drafted block: pass num_drafts=1 (got {settings.num_drafts}), "
-                         "or verify='traversal' / 'selected-block' for K drafts")
-    if verify == "selected-block":
-        if settings.scheme not in SELECTION_SCHEMES:
-            raise ValueError(f"verify='selected-block' selects with `scheme`, one of {SELECTION_SCHEMES} "
-                             f"(a known induced law), got scheme={settings.scheme!r}")
-        if len(set(settings.temps)) > 1:
-            raise ValueError("verify='selected-block' needs identical drafts (one draft temperature); "
-                             "verify='traversal' takes non-identical drafts")
-
-
-def position_scheme(scheme: str, params: dict, draft_rows, target_rows, temps, alive: list[int]):
-    """The selection scheme for one position of a round, given the drafts still alive.
-
-    The one place that decides it: alive drafts share their prefix, so the target rows of
-    the alive drafts agree and drafts of equal temperature have one (bit-identical, see
-    ``_draft``) distribution -- passed as a ``(V,)`` row (identical drafts), else one row
-    per alive draft. With one draft left every scheme of the registry is single-draft
-    speculative sampling (the selected token is that draft, ``p_I = p``), so that is built
-    directly (no K-draft construction such as the optimal scheme's sort).
-
-    Args:
-        scheme: a key of :data:`mspec.schemes.registry.SCHEMES`.
-        params: the scheme's extra keyword arguments.
-        draft_rows: ``(K, V)`` every draft's distribution at this position (numpy or torch).
-        target_rows: ``(K, V)`` the target distribution after each draft's prefix.
-        temps: the K draft temperatures.
-        alive: indices of the drafts whose tokens all match the output so far.
-
-    Returns:
-        A built :class:`~mspec.schemes.selection.SelectionScheme`.
-    """
-    from mspec.schemes import registry  # imported late: the registry imports every scheme
-
-    target = _as_array(target_rows[alive[0]])
-    if len(alive) == 1:
-        return SingleDraft(draft=_as_array(draft_rows[alive[0]]), target=target)
-    same_temp = len({temps[i] for i in alive}) == 1
-    draft = _as_array(draft_rows[alive[0]]) if same_temp else _as_array(draft_rows[alive])
-    return registry.make_scheme(scheme, draft=draft, target=target, num_drafts=len(alive), **params)
-
-
 def expected_round_tokens(drafted, draft_probs, target_probs, *, scheme: str, draft_temperatures,
                           scheme_params: dict | None = None, eos_token_id=None, control: bool = False):
-    """Expected number of tokens one round emits, given its drafts, for ``scheme``.
-
-    The round's selection randomness is averaged out exactly: at position ``j`` with alive
-    drafts ``A`` the scheme outputs ``Y = y`` with probability ``P(y | A's tokens)``
-    (:meth:`~mspec.schemes.selection.SelectionScheme.conditional`), and the drafts holding ``y``
-    carry on, so
-
-        E(j, A) = 1 + sum_y P(y | A) E(j + 1, A_y),      E(L, A) = 1 (the bonus token),
-
-    over the trie of the K drafts (at most K L nodes), where ``y`` runs over the drafted
-    tokens that are not end-of-sequence (an EOS ends the generation). Evaluating several
-    schemes on the same rounds compares their block efficiency without the noise of
-    sampling (``max_new_tokens`` truncation aside). One alive draft: single-draft sampling,
-    as in :func:`speculative_generate`.
-
-    With ``control=True`` it also returns a *control variate* with mean zero over the drafts,
-    one entry per position ``j``:
-
-        Z_j = sum over the trie's nodes at position j of  r(node) (a(node) - alpha(node)),
-
-    where ``r`` is the probability that the selection reaches the node (the product of the
-    ``P(y | A)`` above it), ``a`` the scheme's acceptance given the node's drafted tokens
-    (:meth:`~mspec.schemes.selection.SelectionScheme.conditional`) and ``alpha`` its acceptance
-    averaged over them (:meth:`~mspec.schemes.selection.SelectionScheme.acceptance`). Given all
-    earlier positions, the alive drafts' tokens at ``j`` are fresh draws from the node's
-    draft distribution, so ``E[a] = alpha`` there and ``E[Z_j] = 0``. Most of a round's
-    randomness is whether its drafted tokens are accepted; subtracting ``b . Z`` (``b``
-    fitted over many rounds) removes it from block-efficiency estimates
-    (``python -m mspec_lab rounds``).
-
-    Args:
-        drafted: ``(K, L)`` drafted token ids.
-        draft_probs: ``(K, L, V)`` draft distributions (row ``i`` at ``draft_temperatures[i]``).
-        target_probs: ``(K, L + 1, V)`` target distributions after each drafted prefix.
-        scheme: a key of :data:`mspec.schemes.registry.SCHEMES`.
-        draft_temperatures: K temperatures (equal ones make the alive drafts identical).
-        scheme_params: extra keyword arguments of the scheme.
-        eos_token_id: end-of-sequence id(s), as for :func:`speculative_generate`.
-
-    Returns:
-        The expected number of emitted tokens, in ``[1, L + 1]``; with ``control=True`` the
-        pair ``(expected, Z)``, ``Z`` of shape ``(L,)``.
+    """Expected number of tokens one round emits, given its drafts, for ``scheme`` position by
+    position, its randomness averaged out exactly, on torch tensors or numpy arrays:
+    :meth:`mspec.rounds.per_position.PerPositionRule.expected_tokens`, whose arguments and
+    control variate (``control=True``: the pair ``(expected, Z)``) these are; ``drafted``
+    ``(K, L)``, ``draft_probs`` ``(K, L, V)``, ``target_probs`` ``(K, L + 1, V)`` as given to
+    ``on_round`` (see :func:`speculative_generate`). Scoring several schemes on the same rounds
+    compares their block efficiency without the noise of sampling (``python -m mspec_lab rounds``).
     """
-    drafted, draft_probs, target_probs = _check_round_arrays(drafted, draft_probs, target_probs)
-    k = drafted.shape[0]
-    temps = [float(t) for t in np.broadcast_to(np.asarray(draft_temperatures, dtype=float), (k,))]
-    trie = _RoundTrie(drafted, draft_probs, target_probs, scheme, dict(scheme_params or {}), temps,
-                      _check_eos(eos_token_id), control)
-    expected = trie.value(0, list(range(k)), 1.0)
-    return (expected, trie.z) if control else expected
+    drafted, draft_probs, target_probs = (_as_array(x) for x in (drafted, draft_probs, target_probs))
+    rule = make_round_rule("per-position", scheme=scheme, scheme_params=scheme_params,
+                           num_drafts=drafted.shape[0] if drafted.ndim else 1, draft_temperatures=draft_temperatures)
+    return rule.expected_tokens(drafted, draft_probs, target_probs, eos_token_id=eos_token_id, control=control)
 
 
 def _as_array(x) -> np.ndarray:
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-
-
-def _check_round_arrays(drafted, draft_probs, target_probs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The three arrays of a round as numpy arrays, shapes checked (see :func:`expected_round_tokens`)."""
-    drafted, draft_probs, target_probs = _as_array(drafted), _as_array(draft_probs), _as_array(target_probs)
-    if drafted.ndim != 2 or draft_probs.shape[:2] != drafted.shape or target_probs.shape[:2] != (
-            drafted.shape[0], drafted.shape[1] + 1) or draft_probs.shape[2] != target_probs.shape[2]:
-        raise ValueError(
-            f"expected drafted (K, L), draft_probs (K, L, V) and target_probs (K, L + 1, V); got "
-            f"{drafted.shape}, {draft_probs.shape} and {target_probs.shape}")
-    return drafted, draft_probs, target_probs
-
-
-class _RoundTrie:
-    """The recursion of :func:`expected_round_tokens` over the trie of a round's K drafts.
-
-    Attributes:
-        z: ``(L,)`` the control variate, accumulated by :meth:`value` when ``control``.
-    """
-
-    def __init__(self, drafted, draft_probs, target_probs, scheme: str, params: dict, temps: list[float],
-                 eos: frozenset[int], control: bool):
-        self.drafted, self.draft_probs, self.target_probs = drafted, draft_probs, target_probs
-        self.scheme, self.params, self.temps, self.eos, self.control = scheme, params, temps, eos, control
-        self.z = np.zeros(drafted.shape[1])
-
-    def value(self, j: int, alive: list[int], reach: float) -> float:
-        """``E(j, A)``: expected tokens from position ``j`` on with alive drafts ``alive``,
-        reached with probability ``reach``."""
-        if j == self.drafted.shape[1]:
-            return 1.0
-        tokens = self.drafted[alive, j]
-        rule = position_scheme(self.scheme, self.params, self.draft_probs[:, j], self.target_probs[:, j],
-                               self.temps, alive)
-        dist, _ = rule.conditional(tokens)
-        if self.control:
-            self.z[j] += reach * (rule.accept_probability(tokens) - rule.acceptance())
-        total = 1.0
-        for y in np.unique(tokens):
-            if int(y) not in self.eos:
-                total += float(dist[y]) * self.value(j + 1, [i for i in alive if self.drafted[i, j] == y],
-                                                     reach * float(dist[y]))
-        return total
 
 
 def autoregressive_generate(
@@ -1043,118 +538,3 @@ def _cuda_devices(*models) -> tuple[torch.device, ...]:
             if isinstance(where, torch.device) and where.type == "cuda":
                 devices[where] = None
     return tuple(devices)
-
-
-def _model_device(model) -> torch.device:
-    device = getattr(model, "device", None)  # transformers models have it
-    if isinstance(device, torch.device):
-        return device
-    param = next(model.parameters(), None)
-    return param.device if param is not None else torch.device("cpu")
-
-
-def _check_int(value, name: str, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1 ({what}), got {value!r}")
-    return int(value)
-
-
-def _check_temperature(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise ValueError(
-            f"`{name}` must be a number > 0, got {value!r}; for near-greedy decoding use a small "
-            "positive temperature"
-        )
-    return float(value)
-
-
-def _check_draft_temperatures(value, k: int) -> list[float]:
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return [_check_temperature(value, "draft_temperatures")] * k
-    try:
-        temps = list(value)
-    except TypeError:
-        raise ValueError(f"`draft_temperatures` must be a number or a sequence of K numbers, got {value!r}") from None
-    if len(temps) != k:
-        raise ValueError(
-            f"`draft_temperatures` has {len(temps)} entries but num_drafts = {k}; pass one temperature "
-            "per draft, or a single number for identical drafts"
-        )
-    return [_check_temperature(t, "draft_temperatures") for t in temps]
-
-
-def _check_prompt(prompt_ids, tokenizer) -> list[int]:
-    if isinstance(prompt_ids, str):
-        if tokenizer is None:
-            raise ValueError("`prompt_ids` is a string: pass `tokenizer=` or token ids")
-        prompt_ids = tokenizer(prompt_ids)["input_ids"]
-    if isinstance(prompt_ids, torch.Tensor):
-        if prompt_ids.dim() == 2 and prompt_ids.shape[0] == 1:
-            prompt_ids = prompt_ids[0]
-        if prompt_ids.dim() != 1:
-            raise ValueError(
-                f"`prompt_ids` must have shape (n,) or (1, n) (one prompt), got {tuple(prompt_ids.shape)}"
-            )
-        prompt_ids = prompt_ids.tolist()
-    ids = list(prompt_ids)
-    if not ids:
-        raise ValueError("`prompt_ids` is empty; pass at least one token (e.g. the BOS token)")
-    if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) and t >= 0 for t in ids):
-        raise ValueError("`prompt_ids` must hold non-negative integer token ids")
-    return [int(t) for t in ids]
-
-
-def _check_eos(eos_token_id) -> frozenset[int]:
-    if eos_token_id is None:
-        return frozenset()
-    if isinstance(eos_token_id, numbers.Integral):
-        return frozenset([int(eos_token_id)])
-    return frozenset(int(t) for t in eos_token_id)
-
-
-def _vocab_size(model) -> int:
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if head is not None and hasattr(head, "weight"):
-        return head.weight.shape[0]  # the logits' last dimension
-    return model.config.vocab_size
-
-
-def _check_models(draft_model, target_model, max_positions: int) -> None:
-    for name, model in (("draft_model", draft_model), ("target_model", target_model)):
-        if model is None:
-            continue
-        if getattr(model, "training", False):
-            raise ValueError(f"`{name}` is in training mode (dropout makes it random); call {name}.eval()")
-        limit = getattr(model.config, "max_position_embeddings", None)
-        if limit is not None and max_positions > limit:
-            raise ValueError(
-                f"`{name}` handles {limit} positions but this call may need {max_positions} "
-                "(prompt + max_new_tokens + draft_length - 1); shorten the prompt or max_new_tokens"
-            )
-    if draft_model is not None and _vocab_size(draft_model) != _vocab_size(target_model):
-        raise ValueError(
-            f"`draft_model` and `target_model` have different vocabularies ({_vocab_size(draft_model)} vs "
-            f"{_vocab_size(target_model)} logits); speculative decoding needs one shared tokenizer"
-        )
-
-
-def _check_generator(generator, device: torch.device | str | None = None) -> torch.Generator:
-    """``generator`` as a ``torch.Generator``; an int seed or ``None`` makes one on ``device``.
-
-    The generator should live where the distributions it samples from are (the draft model's
-    device): a CPU generator would make every drafted token copy its distributions to the host.
-    A device without generators of its own (e.g. ``meta``) gets a CPU generator.
-    """
-    if isinstance(generator, torch.Generator):
-        return generator
-    if generator is not None and (isinstance(generator, bool) or not isinstance(generator, numbers.Integral)):
-        raise ValueError(f"`generator` must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
-    try:
-        gen = torch.Generator(device=torch.device(device) if device is not None else "cpu")
-    except RuntimeError:
-        gen = torch.Generator()
-    if generator is None:
-        gen.seed()  # a fresh non-deterministic seed, not the global RNG
-    else:
-        gen.manual_seed(int(generator))
-    return gen

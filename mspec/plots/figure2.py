@@ -8,7 +8,9 @@ with ``q1`` fixed (1/3 on the left panel, 1/6 on the right) and ``q2`` swept: th
 * :func:`figure2_family`: the panel's draft, target family and ``q2`` grid;
 * :func:`figure2_curves`: the four curves over a grid (any draft, family and K);
 * :func:`figure2_optimal_exact`: the optimal curve worked out by hand, to check the
-  closed form against.
+  closed form against;
+* :func:`cut_value`, :func:`binding_set`, :func:`set_label`: the bound ``q(S) + 1 - p(S)^K``
+  of a set, a set attaining the smallest bound (the binding set), and a set as text.
 """
 
 from __future__ import annotations
@@ -17,10 +19,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mspec.schemes.closed_form import optimal_acceptance
+from mspec.distributions import check_draft_target
+from mspec.schemes.closed_form import optimal_acceptance, prefix_order
 from mspec.schemes.single import SingleDraft
 from mspec.schemes.specinfer import SpecInfer
 from mspec.schemes.spectr import SpecTr
+
+#: names of the three tokens of Figure 2, in index order (the paper numbers them 1, 2, 3)
+FIGURE2_TOKENS = ("a", "b", "c")
 
 #: points of the default ``q2`` grid (from 0 to ``1 - q1``): fine enough for the kinks
 #: of the curves to show at plotting resolution
@@ -94,9 +100,9 @@ def figure2_optimal_exact(panel: str, q2) -> np.ndarray:
     pairs.
 
     Left (``q = [1/3, q2, 2/3 - q2]``): ``min(1, 8/9 + q2, 14/9 - q2)``; equals 1 exactly
-    for ``q2`` in ``[1/9, 5/9]``.
+    for ``q2`` in ``[1/9, 5/9]``; below, ``{b}`` binds (tied with ``{a, b}``), above ``{c}``.
     Right (``q = [1/6, q2, 5/6 - q2]``): ``min(1, 13/18 + q2, 14/9 - q2)``; equals 1
-    exactly for ``q2`` in ``[5/18, 5/9]``.
+    exactly for ``q2`` in ``[5/18, 5/9]``; below, ``{a, b}`` binds, above ``{a, c}``.
     """
     q2 = np.asarray(q2, dtype=np.float64)
     if panel == "left":
@@ -106,4 +112,77 @@ def figure2_optimal_exact(panel: str, q2) -> np.ndarray:
     raise ValueError(f"`panel` must be 'left' or 'right', got {panel!r}")
 
 
-__all__ = ["FIGURE2_GRID_POINTS", "figure2_curves", "figure2_family", "figure2_optimal_exact"]
+def cut_value(*, draft, target, subset, num_drafts) -> float:
+    """The cut bound ``q(S) + 1 - p(S)^K`` of a set of tokens ``S`` (K identical drafts).
+
+    No lossless scheme accepts more often, for any ``S``: an accepted token lies in ``S``,
+    or some draft lies outside ``S``. The smallest bound is the optimum.
+
+    Args:
+        draft: ``(V,)`` draft distribution ``p``.
+        target: ``(V,)`` target distribution ``q``.
+        subset: distinct token indices of ``S`` in ``[0, V)`` (may be empty).
+        num_drafts: K.
+
+    Raises:
+        ValueError: bad ``draft``/``target``/``num_drafts`` (``draft`` must be 1-D) or ``subset``.
+    """
+    draft, target, k = _identical(draft, target, num_drafts, "cut_value")
+    tokens = _token_indices(subset, target.shape[0])
+    return float(target[tokens].sum()) + 1.0 - min(float(draft[tokens].sum()), 1.0) ** k
+
+
+def binding_set(*, draft, target, num_drafts, tol: float = 1e-12) -> np.ndarray:
+    """A set ``S`` attaining ``min_S [q(S) + 1 - p(S)^K]``, as sorted token indices.
+
+    Some prefix of the tokens sorted by ``q/p`` **ascending** (``p = 0`` last) is a
+    minimiser (proved in :mod:`mspec.schemes.closed_form`), so the ``V + 1`` prefixes are
+    scanned. Of tied sets this returns the **shortest** prefix within ``tol`` of the
+    minimum: the empty set when the optimum is 1 (no set binds).
+
+    Args:
+        draft: ``(V,)`` draft distribution ``p`` (identical drafts).
+        target: ``(V,)`` target distribution ``q``.
+        num_drafts: K.
+        tol: how far above the minimum a tied prefix may be (finite, >= 0).
+
+    Raises:
+        ValueError: bad ``draft``/``target``/``num_drafts`` (``draft`` must be 1-D) or ``tol``.
+    """
+    draft, target, k = _identical(draft, target, num_drafts, "binding_set")
+    if not (isinstance(tol, (int, float, np.floating)) and np.isfinite(tol) and tol >= 0):
+        raise ValueError(f"`tol` must be a finite number >= 0, got {tol!r}")
+    order = prefix_order(draft=draft, target=target)
+    cum_p = np.minimum(np.concatenate([[0.0], np.cumsum(draft[order])]), 1.0)
+    values = np.concatenate([[0.0], np.cumsum(target[order])]) + 1.0 - cum_p**k
+    return np.sort(order[: int(np.flatnonzero(values <= values.min() + tol)[0])])
+
+
+def set_label(tokens, names=FIGURE2_TOKENS) -> str:
+    """Token indices as text: ``[0, 1] -> "{a, b}"``, ``[] -> "∅"`` (ValueError: no name)."""
+    tokens = np.sort(_token_indices(tokens, len(names)))
+    return "{" + ", ".join(names[t] for t in tokens) + "}" if tokens.size else "∅"
+
+
+def _identical(draft, target, num_drafts, name):
+    """Validated ``(draft, target, K)``; ``draft`` must be one row (identical drafts)."""
+    if np.ndim(draft) != 1:
+        raise ValueError(f"{name} needs identical drafts: `draft` of shape (V,) with num_drafts=K, "
+                         f"got shape {np.shape(draft)} (for one row per draft use closed_form.optimal_subset)")
+    return check_draft_target(draft, target, num_drafts)
+
+
+def _token_indices(tokens, vocab_size: int) -> np.ndarray:
+    """``tokens`` as an int array of distinct indices in ``[0, vocab_size)``, or a ValueError."""
+    arr = np.asarray(tokens if isinstance(tokens, np.ndarray) else list(tokens))
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer) or np.unique(arr).size != arr.size:
+        raise ValueError(f"a set of tokens is a 1-D collection of distinct integer indices, got {tokens!r}")
+    if arr.min() < 0 or arr.max() >= vocab_size:
+        raise ValueError(f"token indices must lie in [0, {vocab_size}), got {arr.tolist()}")
+    return arr.astype(np.int64)
+
+
+__all__ = ["FIGURE2_GRID_POINTS", "FIGURE2_TOKENS", "binding_set", "cut_value", "figure2_curves",
+           "figure2_family", "figure2_optimal_exact", "set_label"]

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mspec.rounds.rule import RoundOutcome, RoundRule, eos_set
+
 
 def _ratios(drafted: np.ndarray, draft_probs: np.ndarray, target_probs: np.ndarray):
     """``w_0..w_L`` and ``h_0..h_L`` of the module docstring, and the residual laws."""
@@ -107,9 +109,27 @@ def expected_block_tokens(drafted, draft_probs, target_probs, *, eos_token_id=No
     for :func:`block_verification_law`. An end-of-sequence token (``eos_token_id``: an id or
     ids) ends the count, as in :func:`mspec.lm.decoding.expected_round_tokens`, which scores a
     round of the per-position schemes the same way."""
-    eos = set() if eos_token_id is None else set(np.atleast_1d(eos_token_id).tolist())
+    eos = eos_set(eos_token_id)
     drafted = np.asarray(drafted, dtype=np.int64)
     first_eos = next((i for i, t in enumerate(drafted.tolist()) if t in eos), drafted.size)
     _, h, _ = _ratios(drafted, np.asarray(draft_probs, float), np.asarray(target_probs, float))
     kept = np.arange(drafted.size + 1)
     return float(_stop_probabilities(h) @ np.where(kept > first_eos, first_eos + 1, kept + 1))
+
+
+class BlockRule(RoundRule):
+    """Block verification as a :class:`~mspec.rounds.rule.RoundRule` (one draft: K = 1)."""
+
+    name = "block"
+
+    def _law(self, drafted, draft_probs, target_probs) -> dict[tuple[int, ...], float]:
+        block = drafted[0]
+        law = block_verification_law(block, draft_probs[0], target_probs[0])
+        return {tuple(int(y) for y in block[:kept]) + (token,): mass for (kept, token), mass in law.items()}
+
+    def _verify(self, drafted, draft_probs, target_probs, rng) -> RoundOutcome:
+        kept, token = block_verify(drafted[0], draft_probs[0], target_probs[0], rng)
+        return RoundOutcome.of(drafted, [*drafted[0, :kept], token], [0])
+
+    def _expected_tokens(self, drafted, draft_probs, target_probs, eos) -> float:
+        return expected_block_tokens(drafted[0], draft_probs[0], target_probs[0], eos_token_id=list(eos))

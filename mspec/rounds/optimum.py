@@ -28,9 +28,10 @@ and ``pi(X, w) = 0`` unless the part of ``w`` before its last token is a prefix 
 ``x^i`` (accepted tokens must have been drafted). ``A(w) = sum_X pi(X, w)``; the conditions
 above are linear in ``pi``, and so is the expected number of emitted tokens
 ``sum_w |w| A(w)``. :func:`round_optimum` maximises it: the bar every round rule is measured
-against. :func:`per_position_value` computes a per-position scheme's value on the same models
-exactly, and :func:`next_tokens_law` the law of the first tokens a rule emits over several
-rounds, to check losslessness end to end by enumeration.
+against. :func:`round_rule_value` computes any round rule's value on the same models exactly
+(:func:`per_position_value` a per-position scheme's), and :func:`next_tokens_law` the law of
+the first tokens a rule emits over several rounds, to check losslessness end to end by
+enumeration.
 
 A *language model* here is any function ``lm(context) -> (V,) probabilities`` of a tuple of
 token ids; :func:`tiny_lm_pair` makes seeded random ones.
@@ -43,10 +44,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
-from mspec.schemes.registry import make_scheme
+from mspec.rounds.registry import make_round_rule
+from mspec.schemes.lp import HIGHS_ATTEMPTS, LPSolveError, run_highs
 
 #: the linear program is refused above this many variables (about (V^L)^K blocks times the
 #: strings each can emit): it is meant for tiny models, where it is exact
@@ -170,21 +171,21 @@ def round_optimum(draft_lm: LanguageModel, target_lm: LanguageModel, *, vocab: i
 
 
 def _solve(cost, a_eq, b_eq) -> np.ndarray:
-    """HiGHS on ``min cost . x, a_eq x = b_eq, x >= 0``, checked. Its presolve can call these
-    programs infeasible when draft masses span many orders of magnitude (the plan "emit one
-    target token" is always feasible), so a failed solve is retried without it."""
+    """HiGHS on ``min cost . x, a_eq x = b_eq, x >= 0``, checked, with the settings of
+    :data:`~mspec.schemes.lp.HIGHS_ATTEMPTS` in turn: its presolve can call these programs
+    infeasible when draft masses span many orders of magnitude (the plan "emit one target
+    token" is always feasible), so a failed solve is retried without it."""
     messages = []
-    tight = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
-    for options in (tight, {**tight, "presolve": False}):
-        result = linprog(cost, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs", options=options)
-        if result.status == 0 and result.x is not None:
-            pi = np.maximum(result.x, 0.0)
-            worst = float(np.max(np.abs(a_eq @ pi - b_eq)))
-            if worst <= LP_FEASIBILITY_TOLERANCE:
-                return pi
-            messages.append(f"a plan that breaks a constraint by {worst:.3g}")
-        else:
-            messages.append(result.message)
+    for label, settings in HIGHS_ATTEMPTS:
+        try:
+            pi = np.maximum(run_highs(cost, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), **settings).x, 0.0)
+        except LPSolveError as err:
+            messages.append(f"{label}: {err}")
+            continue
+        worst = float(np.max(np.abs(a_eq @ pi - b_eq)))
+        if worst <= LP_FEASIBILITY_TOLERANCE:
+            return pi
+        messages.append(f"{label}: a plan that breaks a constraint by {worst:.3g}")
     raise RuntimeError(f"the round LP was not solved: {'; '.join(messages)}")
 
 
@@ -218,57 +219,19 @@ def _round_constraints(columns, tuples, block_prob, strings, index, target_lm, c
 
 def per_position_value(draft_lm: LanguageModel, target_lm: LanguageModel, *, scheme: str, vocab: int,
                        num_drafts: int, draft_length: int, context: tuple[int, ...] = ()) -> float:
-    """Exact expected tokens per round of a per-position scheme on the same models.
-
-    Every tuple of drafted blocks is enumerated; given the blocks, the scheme's selection at
-    each position is averaged out exactly (:meth:`~mspec.schemes.selection.SelectionScheme.conditional`)
-    over the trie of the drafts: ``E(j, A) = 1 + sum_y P(y | A) E(j + 1, A_y)``, ``E(L, A) = 1``
-    (the alive drafts ``A`` share their prefix, so their draft law is one row).
-    """
-    blocks = list(itertools.product(range(vocab), repeat=draft_length))
-    block_prob = {b: _block_probability(draft_lm, context, b) for b in blocks}
-    total = 0.0
-    for tup in itertools.product(blocks, repeat=num_drafts):
-        weight = float(np.prod([block_prob[b] for b in tup]))
-        if weight > 0.0:
-            total += weight * _trie_value(draft_lm, target_lm, scheme, context, tup, 0, tuple(range(num_drafts)))
-    return total
+    """Exact expected tokens per round of a per-position scheme on the same models:
+    :func:`round_rule_value` of the rule ``"per-position"`` with ``scheme``."""
+    return round_rule_value(draft_lm, target_lm, rule="per-position", scheme=scheme, vocab=vocab,
+                            num_drafts=num_drafts, draft_length=draft_length, context=context)
 
 
-def _trie_value(draft_lm, target_lm, scheme, context, drafted, j, alive) -> float:
-    if j == len(drafted[0]):
-        return 1.0  # the bonus token
-    u = context + drafted[alive[0]][:j]
-    p, q = draft_lm(u), target_lm(u)
-    tokens = [drafted[i][j] for i in alive]
-    name = scheme if len(alive) > 1 else "single"
-    rule = make_scheme(name, draft=p, target=q, num_drafts=len(alive))
-    law = rule.conditional(tokens)[0]
-    value = 1.0
-    for y in sorted(set(tokens)):
-        value += float(law[y]) * _trie_value(draft_lm, target_lm, scheme, context, drafted, j + 1,
-                                             tuple(i for i in alive if drafted[i][j] == y))
-    return value
-
-
-#: round rules :func:`round_rule_value` scores: name -> exact expected tokens of one round
-def _round_rule_scorers() -> dict:
-    from mspec.rounds.selected_block import expected_selected_block_tokens
-    from mspec.rounds.traversal import expected_traversal_tokens
-
-    return {"traversal": expected_traversal_tokens, "selected-block": expected_selected_block_tokens}
-
-
-def round_rule_value(draft_lm: LanguageModel, target_lm: LanguageModel, *, rule: str, vocab: int,
-                     num_drafts: int, draft_length: int, context: tuple[int, ...] = ()) -> float:
-    """Exact expected tokens per round of a round rule (``"traversal"``: traversal
-    verification, :mod:`mspec.rounds.traversal`; ``"selected-block"``: selected-block
-    verification with the optimal selection, :mod:`mspec.rounds.selected_block`) on the same models
-    as :func:`round_optimum`: every tuple of drafted blocks enumerated, the rule's randomness
-    averaged out given the blocks."""
-    scorers = _round_rule_scorers()
-    if rule not in scorers:
-        raise ValueError(f"`rule` must be one of {tuple(scorers)}, got {rule!r}")
+def round_rule_value(draft_lm: LanguageModel, target_lm: LanguageModel, *, rule: str, vocab: int, num_drafts: int,
+                     draft_length: int, context: tuple[int, ...] = (), scheme: str | None = None) -> float:
+    """Exact expected tokens per round of round rule ``rule`` (with ``scheme``, as for
+    :func:`~mspec.rounds.registry.make_round_rule`) on the models of :func:`round_optimum`
+    (same arguments): every tuple of K i.i.d. drafted blocks enumerated, the rule's randomness
+    averaged out given the blocks (:meth:`~mspec.rounds.rule.RoundRule.expected_tokens`)."""
+    round_rule = make_round_rule(rule, scheme=scheme, num_drafts=num_drafts)
     blocks = list(itertools.product(range(vocab), repeat=draft_length))
     total = 0.0
     for tup in itertools.product(blocks, repeat=num_drafts):
@@ -276,7 +239,7 @@ def round_rule_value(draft_lm: LanguageModel, target_lm: LanguageModel, *, rule:
         if weight > 0.0:
             draft = np.array([[draft_lm(context + b[:j]) for j in range(draft_length)] for b in tup])
             target = np.array([[target_lm(context + b[:j]) for j in range(draft_length + 1)] for b in tup])
-            total += weight * scorers[rule](np.array(tup), draft, target)
+            total += weight * round_rule.expected_tokens(np.array(tup), draft, target)
     return total
 
 

@@ -33,9 +33,10 @@ from __future__ import annotations
 import numpy as np
 
 from mspec.rounds.block import block_verification_law, block_verify, expected_block_tokens
+from mspec.rounds.rule import RoundOutcome, RoundRule
 from mspec.schemes.registry import make_scheme
 
-__all__ = ["SELECTION_SCHEMES", "expected_selected_block_tokens", "selected_block_law", "selected_block_verify"]
+__all__ = ["SELECTION_SCHEMES", "SelectedBlockRule", "expected_selected_block_tokens", "selected_block_law", "selected_block_verify"]
 
 #: two-step schemes (select with a known induced law) that can select at each prefix
 SELECTION_SCHEMES = ("optimal", "is", "canonical")
@@ -130,3 +131,26 @@ def expected_selected_block_tokens(drafted, draft_probs, target_probs, *, scheme
     drafted, draft_probs, target_probs = _check(drafted, draft_probs, target_probs, scheme)
     return sum(prob * expected_block_tokens(drafted[rows[0]], mu, target_probs[rows[0]], eos_token_id=eos_token_id)
                for prob, rows, mu in _paths(drafted, draft_probs, target_probs, scheme))
+
+
+class SelectedBlockRule(RoundRule):
+    """Selected-block verification as a :class:`~mspec.rounds.rule.RoundRule` (K identical
+    drafts), selecting with ``scheme``, one of :data:`SELECTION_SCHEMES`."""
+
+    name = "selected-block"
+    takes_scheme = True
+
+    def __init__(self, *, scheme: str = "optimal", num_drafts: int):
+        super().__init__(num_drafts=num_drafts)
+        self.scheme = scheme
+
+    def _law(self, drafted, draft_probs, target_probs) -> dict[tuple[int, ...], float]:
+        return selected_block_law(drafted, draft_probs, target_probs, scheme=self.scheme)
+
+    def _verify(self, drafted, draft_probs, target_probs, rng) -> RoundOutcome:
+        return RoundOutcome.of(drafted, *selected_block_verify(drafted, draft_probs, target_probs, rng,
+                                                               scheme=self.scheme))
+
+    def _expected_tokens(self, drafted, draft_probs, target_probs, eos) -> float:
+        return expected_selected_block_tokens(drafted, draft_probs, target_probs, scheme=self.scheme,
+                                              eos_token_id=list(eos))

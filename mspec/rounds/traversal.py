@@ -47,7 +47,7 @@ blocks of one token it is SpecInfer's recursive rejection sampling with replacem
 Deviation from Weng et al. (marked): their trees are built by sampling children without
 replacement and update the draft law after a rejection; here the K blocks are drawn
 independently (with replacement, as everywhere in ``mspec``), so each draw keeps its own
-``p_i`` and the proof above is ours. ``tests/test_traversal_verification.py`` checks the law
+``p_i`` and the proof above is ours. ``tests/test_traversal.py`` checks the law
 by enumeration on tiny models.
 
 Accuracy: ``m_root`` is exactly 1; elsewhere the laws are exact up to floating-point rounding
@@ -60,7 +60,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["expected_traversal_tokens", "traversal_verification_law", "traversal_verify"]
+from mspec.rounds.rule import RoundOutcome, RoundRule, eos_set
+
+__all__ = ["TraversalRule", "expected_traversal_tokens", "traversal_verification_law", "traversal_verify"]
 
 
 def _draws(drafted: np.ndarray, rows: list[int], depth: int) -> list[tuple[int, int, list[int] | None]]:
@@ -193,7 +195,7 @@ def expected_traversal_tokens(drafted, draft_probs, target_probs, *, eos_token_i
     :func:`traversal_verification_law`. An end-of-sequence token (``eos_token_id``: an id or
     ids) in a kept prefix ends the count there, as in
     :func:`mspec.lm.decoding.expected_round_tokens`."""
-    eos = set() if eos_token_id is None else set(np.atleast_1d(eos_token_id).tolist())
+    eos = eos_set(eos_token_id)
     tree, total = _Tree(drafted, draft_probs, target_probs), [0.0]
 
     def visit(rows, depth, mass, t):
@@ -203,3 +205,19 @@ def expected_traversal_tokens(drafted, draft_probs, target_probs, *, eos_token_i
 
     tree.stops(*tree.root(), 1.0, visit)
     return total[0]
+
+
+class TraversalRule(RoundRule):
+    """Traversal verification as a :class:`~mspec.rounds.rule.RoundRule` (any K drafts,
+    identical or not)."""
+
+    name = "traversal"
+
+    def _law(self, drafted, draft_probs, target_probs) -> dict[tuple[int, ...], float]:
+        return traversal_verification_law(drafted, draft_probs, target_probs)
+
+    def _verify(self, drafted, draft_probs, target_probs, rng) -> RoundOutcome:
+        return RoundOutcome.of(drafted, *traversal_verify(drafted, draft_probs, target_probs, rng))
+
+    def _expected_tokens(self, drafted, draft_probs, target_probs, eos) -> float:
+        return expected_traversal_tokens(drafted, draft_probs, target_probs, eos_token_id=list(eos))

@@ -17,7 +17,7 @@ In reading order:
 * :mod:`~mspec.schemes.optimal_selection`: the exactly optimal selection at vocabulary scale.
 * Tools: :mod:`~mspec.schemes.lp` (LP solving with certificates),
   :mod:`~mspec.schemes.exact` (an output law by enumeration),
-  :mod:`~mspec.schemes.registry` (schemes by name: :data:`SCHEMES`, :func:`make_scheme`).
+  :mod:`~mspec.schemes.registry` (schemes by name: :data:`~mspec.schemes.registry.SCHEMES`, :func:`~mspec.schemes.registry.make_scheme`).
 """
 
 from mspec.schemes.registry import SCHEMES, get_scheme, make_scheme

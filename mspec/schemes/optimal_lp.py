@@ -121,7 +121,7 @@ def solve_optimal_lp(*, draft, target, num_drafts=None, max_variables: int = MAX
     """Solve the full optimal-transport LP (see the module docstring).
 
     With ``worth`` the objective values an output by what it is worth to the rest of the
-    block, not by acceptance alone (a deviation from the paper's LP, for teaching: chapter 8
+    block, not by acceptance alone (a deviation from the paper's LP, for teaching: chapter 9
     uses it to show that no single rule is best for every continuation)::
 
         maximise  sum_t P(t) sum_{y in t} pi(y | t) worth[y, m_y(t) - 1]

@@ -17,7 +17,9 @@ is ``1 - (1 - beta)^K`` and the mass placed on ``x`` by acceptance is
 ``[1, K]`` is the root of ``1 - (1 - beta)^K = rho beta``; acceptance is
 ``1 - (1 - beta(rho*))^K``.
 
-Finding rho* (the paper: bisection; deviation here, same root). ``beta`` is piecewise of
+Finding rho*. The paper bisects ``g`` on ``[1, K]``, one pass over the vocabulary per step:
+:func:`bisect_rho` does just that, the readable reference that the tests hold the solver
+below to. The solver (a deviation, the same root) is faster. ``beta`` is piecewise of
 the form ``A + B / rho``: with ratios ``r = q/p``, ``A = sum_{r >= rho} p`` and
 ``B = sum_{r < rho} q``; the breakpoints are the ratios. Only tokens with ``1 <= r < K``
 ever change side -- for LM distributions a few percent of the vocabulary -- so one pass
@@ -198,6 +200,31 @@ def solve_rho(draft: np.ndarray, target: np.ndarray, num_drafts: int) -> tuple[f
         # rho = K is valid whatever beta is (the acceptance mass min(p, q/K) scale <= q)
         rho = float(k)
     return rho, beta
+
+
+def bisect_rho(draft: np.ndarray, target: np.ndarray, num_drafts: int) -> float:
+    """``rho*`` by the paper's plain bisection: the readable reference of :func:`solve_rho`.
+
+    ``g(rho) = 1 - (1 - beta(rho))^K - rho beta(rho)`` decreases from ``g(1) >= 0`` to
+    ``g(K) <= 0``: halve ``[1, K]``, keeping ``g > 0`` at the left end, until the midpoint
+    rounds to an end; return the right end (the valid side).
+
+    Args:
+        draft: validated ``(V,)`` draft distribution ``p``.
+        target: validated ``(V,)`` target distribution ``q``.
+        num_drafts: K >= 1.
+    """
+
+    def g(rho):
+        beta = min(float(np.minimum(draft, target / rho).sum()), 1.0)
+        return _accepted(beta, num_drafts) - rho * beta
+
+    lo, hi = 1.0, float(num_drafts)
+    if g(lo) <= 0.0:
+        return lo
+    while lo < (mid := 0.5 * (lo + hi)) < hi:
+        lo, hi = (mid, hi) if g(mid) > 0.0 else (lo, mid)
+    return hi
 
 
 def _root(pb, qb, a_fix, b_fix, k) -> float:

@@ -15,12 +15,12 @@ The paper's experiments (commands ``experiments``, ``acceptance``, ``decoding``,
 ``paper-run``: the run whose results the reproducing-the-paper chapter reads) and the
 round-level comparison (``round-rules``: the results the verifying-whole-blocks chapter reads)
 are plain functions of :mod:`mspec_lab.experiments`; this package only gives them a command line.
-Synthetic LM-shaped pairs come from :mod:`mspec.synthetic` (re-exported here with
+Synthetic LM-shaped pairs come from :mod:`mspec_lab.synthetic` (re-exported here with
 :func:`~mspec_lab.bench.timing.median_time` for older imports: ``from mspec_lab.bench import
 lm_like_pair, median_time``).
 """
 
-from mspec.synthetic import lm_like_pair
+from mspec_lab.synthetic import lm_like_pair
 from mspec_lab.bench.timing import median_time
 
 __all__ = ["lm_like_pair", "median_time"]

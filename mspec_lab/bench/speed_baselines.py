@@ -3,7 +3,7 @@
 For each scheme and K it times, with the set-up (validation, SpecTr's rho search, ...)
 included: one selection step (build the scheme for a position, then ``sample`` the
 drafted tokens) and one exact-acceptance computation, on a synthetic LM-shaped pair
-(:func:`mspec.synthetic.lm_like_pair`). Both are printed as ratios to one single-draft step
+(:func:`mspec_lab.synthetic.lm_like_pair`). Both are printed as ratios to one single-draft step
 measured in the same run, the functions interleaved (:mod:`mspec_lab.bench.timing`). Goal:
 every baseline step within :data:`STEP_RATIO_GOAL` times a single-draft step (they are
 all O(K V)). Command: ``python -m mspec_lab token-level``.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from mspec.schemes.registry import make_scheme
-from mspec.synthetic import OPT_VOCAB_SIZE, lm_like_pair
+from mspec_lab.synthetic import OPT_VOCAB_SIZE, lm_like_pair
 from mspec_lab.bench.timing import DRAFTED_TUPLES, cycling, median_times
 
 __all__ = ["STEP_RATIO_GOAL", "time_baselines"]

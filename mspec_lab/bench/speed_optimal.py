@@ -14,7 +14,7 @@ softmax of ``3 N(0, 1)`` logits, the draft the same logits at temperature 1.5
 (:data:`TEMPERATURE_ONLY`).
 
 :func:`time_optimal_scaling`: the exactly optimal scheme at any V (``"optimal"``,
-:mod:`mspec.schemes.optimal_selection`) on LM-shaped pairs (:func:`mspec.synthetic.lm_like_pair`) for
+:mod:`mspec.schemes.optimal_selection`) on LM-shaped pairs (:func:`mspec_lab.synthetic.lm_like_pair`) for
 V = 1k..256k and K = 2, 4, 8: its set-up (ratio buckets, PAVA, the split tokens' sort), the
 first selection step at a fresh position (set-up plus building the pieces the drafted tokens
 reach) and its ratio to one single-draft step at the same V measured in the same run, later
@@ -45,7 +45,7 @@ from mspec.schemes.optimal_selection import OptimalSelection
 from mspec.schemes.single import SingleDraft
 from mspec.schemes.specinfer import SpecInfer
 from mspec.schemes.spectr import SpecTr
-from mspec.synthetic import OPT_VOCAB_SIZE, lm_like_pair
+from mspec_lab.synthetic import OPT_VOCAB_SIZE, lm_like_pair
 from mspec_lab.bench.timing import DRAFTED_TUPLES, call_times, cycling, median_time
 
 __all__ = ["OptimalSpeedSettings", "time_closed_form_and_is", "time_full_lp", "time_optimal",
@@ -192,7 +192,7 @@ def time_optimal_scaling(s: OptimalSpeedSettings) -> list[tuple]:
         the goal's verdicts ``(temperature, K, ratio by medians, ratio by means, mean s)``
         at V = 50272.
     """
-    print("\nexactly optimal selection at any V ('optimal'): LM-shaped pairs (mspec.synthetic.lm_like_pair)")
+    print("\nexactly optimal selection at any V ('optimal'): LM-shaped pairs (mspec_lab.synthetic.lm_like_pair)")
     print(f"times in ms, {s.full_repeats} calls each, interleaved with the single-draft steps of the same V")
     print(f"{'T':>4} {'V':>7} {'K':>2} {'single':>13} {'1st step':>13} {'x single':>11} {'worst':>7} {'later':>6} "
           f"{'buckets':>8} {'split':>6} {'tokens 1st':>11} {'greedy':>7} {'fallbk':>6} {'acc':>7} {'acc - closed':>13}")

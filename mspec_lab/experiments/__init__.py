@@ -12,7 +12,7 @@ row is appended to a CSV file as soon as it is computed, and a rerun resumes.
 * :mod:`~mspec_lab.experiments.live_decoding`: block efficiency, token rate and output quality
   of live decoding (Tables 1, 2, 4-6, Figures 3, 4); command ``decoding``. Its tables,
   goals and figures: :mod:`~mspec_lab.experiments.live_decoding_report`.
-* :mod:`~mspec_lab.experiments.paired_rounds`: every scheme's expected tokens on the same
+* :mod:`~mspec_lab.experiments.paired_schemes`: every scheme's expected tokens on the same
   rounds; command ``rounds``.
 * :mod:`~mspec_lab.experiments.suite`: acceptance, then live decoding, and the performance
   goals; command ``experiments``.

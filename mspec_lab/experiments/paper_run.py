@@ -18,7 +18,7 @@ reads (:func:`load_results`). In order:
    distributions restricted to their top k tokens (main dataset), and the IS scheme's
    gap to the optimum for each truncation setting (K = 2, every dataset), in both regimes.
 4. **Block efficiency** (``rounds``, ``rounds_differences``): every scheme's exact expected
-   tokens per round on the same rounds (:mod:`~mspec_lab.experiments.paired_rounds`), control
+   tokens per round on the same rounds (:mod:`~mspec_lab.experiments.paired_schemes`), control
    adjusted, s.e. clustered by generation, on the main dataset, in both regimes.
 5. **Check** (``check``): the per-position acceptances of the first prompt, which a reader
    can recompute in seconds to see that the file matches the code.
@@ -189,7 +189,7 @@ class PaperRunSettings(SharedSettings):
 # -- statistics ----------------------------------------------------------------------------------
 def _clustered(values, groups) -> dict:
     """``{"mean", "se", "n", "clusters"}``: mean over positions, s.e. clustered by ``groups``."""
-    from mspec_lab.experiments.paired_rounds import cluster_mean_se
+    from mspec_lab.experiments.paired_schemes import cluster_mean_se
 
     values, groups = np.asarray(values, dtype=float), np.asarray(groups)
     mean, se = cluster_mean_se(values, groups)
@@ -329,7 +329,7 @@ def _token_level(pair, prompts_by_dataset, s: PaperRunSettings, regimes: dict[st
 
 # -- block efficiency ----------------------------------------------------------------------------
 def _rounds(pair, s: PaperRunSettings, regime: str, temperature: float, work, budget, progress) -> dict:
-    from mspec_lab.experiments.paired_rounds import RoundsSettings, run_rounds, summarize
+    from mspec_lab.experiments.paired_schemes import RoundsSettings, run_rounds, summarize
 
     settings = RoundsSettings(
         main_dataset=s.main_dataset, prompts=s.rounds_prompts if regime == "default" else s.paper_rounds_prompts,

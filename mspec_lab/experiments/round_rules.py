@@ -5,11 +5,13 @@ per round (:func:`mspec.lm.decoding.speculative_generate`, driven by the per-tok
 scheme). On every round, for each K of ``drafts_k`` (the first K blocks: the drafts are
 i.i.d.), every rule is scored exactly, its randomness averaged out:
 
-* per-token rules (:data:`TOKEN_RULES`; ``"single"`` at K = 1) by
-  :func:`mspec.lm.decoding.expected_round_tokens`;
-* round rules (:data:`ROUND_RULES`) by :func:`mspec.rounds.traversal.expected_traversal_tokens`
-  and :func:`mspec.rounds.selected_block.expected_selected_block_tokens` (at K = 1 both are block
-  verification, reported as ``"block"``).
+* per-token rules (:data:`TOKEN_RULES`; ``"single"`` at K = 1): the round rule
+  ``"per-position"`` with that scheme;
+* round rules (:data:`ROUND_RULES`): ``"traversal"`` and ``"selected-block"`` (at K = 1 both
+  are block verification: the rule ``"block"``, reported as ``"block"``);
+
+each by the ``expected_tokens`` of its :class:`mspec.rounds.RoundRule`
+(:func:`round_rule`, through :func:`mspec.rounds.make_round_rule`).
 
 An end-of-sequence token ends a round's count in all of them. The rules are paired round by
 round against the per-token optimum (:data:`BASELINE`; ``"single"`` at K = 1), so their
@@ -33,12 +35,12 @@ from typing import ClassVar
 import numpy as np
 
 from mspec_lab.experiments.inputs import DATASETS, SharedSettings, checked_choices, derived_seed, load_dataset_prompts, with_progress
-from mspec_lab.experiments.paired_rounds import cluster_mean_se, comparison_verdict
+from mspec_lab.experiments.paired_schemes import cluster_mean_se, comparison_verdict
 from mspec_lab.experiments.report import fmt, format_table, print_block, write_json
 
 __all__ = ["BASELINE", "DEFAULT_RESULTS", "ROUND_RULES", "TOKEN_RULES", "RoundRulesSettings", "load_round_rules",
-           "methods", "print_round_rules", "round_rules_document", "run_round_rules", "summarize_round_rules",
-           "time_round_rules"]
+           "methods", "print_round_rules", "round_rule", "round_rules_document", "run_round_rules",
+           "summarize_round_rules", "time_round_rules"]
 
 #: per-token schemes scored on every round (K >= 2)
 TOKEN_RULES = ("optimal", "spectr", "specinfer")
@@ -79,18 +81,21 @@ def methods(k: int) -> tuple[str, ...]:
     return ("single", "block") if k == 1 else (BASELINE,) + TOKEN_RULES[1:] + ROUND_RULES
 
 
-def score_round(method: str, drafted, draft_probs, target_probs, temperature: float, eos) -> float:
-    """Exact expected tokens of one round under ``method`` (numpy arrays of its K drafts)."""
-    from mspec.lm.decoding import expected_round_tokens
-    from mspec.rounds.selected_block import expected_selected_block_tokens
-    from mspec.rounds.traversal import expected_traversal_tokens
-
+def _rule_and_scheme(method: str) -> tuple[str, str | None]:
+    """``(round rule, scheme)`` of ``method``: a round rule's name, or a per-token scheme's."""
     if method in ("block", "traversal"):
-        return expected_traversal_tokens(drafted, draft_probs, target_probs, eos_token_id=eos)
+        return method, None
     if method == "selected-block":
-        return expected_selected_block_tokens(drafted, draft_probs, target_probs, scheme=BASELINE, eos_token_id=eos)
-    return expected_round_tokens(drafted, draft_probs, target_probs, scheme=method,
-                                 draft_temperatures=[temperature] * drafted.shape[0], eos_token_id=eos)
+        return method, BASELINE
+    return "per-position", method
+
+
+def round_rule(method: str, k: int, temperature: float):
+    """The :class:`mspec.rounds.RoundRule` that ``method`` names, for rounds of ``k`` drafts."""
+    from mspec.rounds import make_round_rule
+
+    name, scheme = _rule_and_scheme(method)
+    return make_round_rule(name, scheme=scheme, num_drafts=k, draft_temperatures=temperature)
 
 
 def _scored_rounds(pair, prompt, seed: int, s: RoundRulesSettings) -> dict[tuple[str, int], list[float]]:
@@ -100,12 +105,13 @@ def _scored_rounds(pair, prompt, seed: int, s: RoundRulesSettings) -> dict[tuple
     from mspec.lm.decoding import speculative_generate
 
     out = {(m, k): [] for k in s.drafts_k for m in methods(k)}
+    rules = {(m, k): round_rule(m, k, s.draft_temperature) for m, k in out}
 
     def on_round(drafted, draft_probs, target_probs):
         blocks = drafted.cpu().numpy()
         p, q = draft_probs.double().cpu().numpy(), target_probs.double().cpu().numpy()
         for (method, k), values in out.items():
-            values.append(score_round(method, blocks[:k], p[:k], q[:k], s.draft_temperature, pair.eos_token_id))
+            values.append(rules[method, k].expected_tokens(blocks[:k], p[:k], q[:k], eos_token_id=pair.eos_token_id))
 
     k_max = max(s.drafts_k)
     speculative_generate(list(prompt.ids), draft_model=pair.draft_model, target_model=pair.target_model,
@@ -156,12 +162,10 @@ def summarize_round_rules(run: dict) -> list[dict]:
 
 
 def _verify_options(method: str) -> dict:
-    """``speculative_generate`` keywords that run ``method``."""
-    if method in ("block", "traversal"):
-        return {"scheme": "single" if method == "block" else BASELINE, "verify": method}
-    if method == "selected-block":
-        return {"scheme": BASELINE, "verify": method}
-    return {"scheme": method, "verify": "token"}
+    """``speculative_generate`` keywords that run ``method`` (``"block"`` and ``"traversal"``
+    verify without a scheme)."""
+    name, scheme = _rule_and_scheme(method)
+    return {"scheme": scheme, "verify": name}
 
 
 def time_round_rules(pair, settings: RoundRulesSettings | None = None, *, tokens: int = 24) -> list[dict]:

@@ -8,26 +8,26 @@ each step, and the tests check each numerically.
 Notation (paper): K i.i.d. drafts from ``p`` (``draft``), target ``q`` (``target``),
 ``g(m) = 1 - (1 - m)^K`` and ``f(A) = g(p(A))`` = P(some draft lies in A).
 
-**The reference, in reading order** (``OptimalSelection.reference(draft=..., target=...,
-num_drafts=K)``):
+**The reference**, ``reference.py`` (``OptimalSelection.reference(draft=..., target=...,
+num_drafts=K)``), one file in plain floats, in reading order: sort the tokens by ``q/p``;
+the best induced distribution ``x = p_I``, the greatest convex minorant of
+``(q(prefix), f(prefix))`` by isotonic regression (its acceptance ``sum_y min(q(y), x(y))``
+is the closed-form optimum); key sets, each draft of token ``t`` a key uniform on a set
+``M_t`` of length ``p_t`` and ``nu``-mass ``x_t`` (``nu`` has distribution function ``g``),
+by the greedy tiling token by token; the smallest key wins, then one single-draft step from
+``x`` to ``q``. The tests hold everything below to it.
 
-1. ``induced.py`` -- the best induced distribution ``x = p_I``: sort the tokens by
-   ``q/p``, take the greatest convex minorant of ``(q(prefix), f(prefix))`` by isotonic
-   regression; its acceptance ``sum_y min(q(y), x(y))`` is the closed-form optimum.
-2. ``greedy.py`` -- key sets: each draft of token ``t`` gets a key uniform on a set
-   ``M_t`` of length ``p_t`` and ``nu``-mass ``x_t`` (``nu`` has distribution function
-   ``g``); the greedy tiling builds the sets piece by piece.
-3. ``scheme.py`` -- the smallest key wins (token ``t`` is selected with probability
-   ``nu(M_t) = x_t``), then one single-draft speculative sampling step from ``x`` to ``q``.
+**The fast path**, the same law by other means: ``scheme.py`` (:class:`OptimalSelection`,
+a :class:`~mspec.schemes.two_step.TwoStepScheme`: the smallest key wins, the base class
+does the single-draft step), ``induced.py`` (``x`` by isotonic regression, at ``V ~ 5e4``),
+``greedy.py`` (the greedy tiling with rounding guards: the exact fallback of what follows)
+and, by default (``atoms="auto", tiling="pool"``), each part certified before use:
 
-**The fast path** (the default, ``atoms="auto", tiling="pool"``), the same law by other
-means, each part certified before use with the reference as its exact fallback:
-
-4. ``runs.py`` -- the greedy with long runs of shells solved together, vectorised.
-5. ``pool.py`` -- slots and a shared pool instead of sets (one vectorised root solve per
+* ``runs.py`` -- the greedy with long runs of shells solved together, vectorised.
+* ``pool.py`` -- slots and a shared pool instead of sets (one vectorised root solve per
    piece; ``roots.py`` solves the slot edges).
-6. ``buckets.py`` -- ratio buckets as atoms: no sort of the vocabulary.
-7. ``spread.py`` -- an optimum of 1 without a sort.
+* ``buckets.py`` -- ratio buckets as atoms: no sort of the vocabulary (fact 5).
+* ``spread.py`` -- an optimum of 1 without a sort (fact 6).
 
 ``atoms.py`` chooses what shares a key law (tokens, buckets or the spread's units), and
 ``FastPath`` (``options.py``) holds the fast path's switches.
@@ -35,6 +35,7 @@ means, each part certified before use with the reference as its exact fallback:
 
 from mspec.schemes.optimal_selection.induced import lex_optimal_induced
 from mspec.schemes.optimal_selection.options import FastPath
+from mspec.schemes.optimal_selection.reference import ReferenceOptimalSelection
 from mspec.schemes.optimal_selection.scheme import OptimalSelection
 
-__all__ = ["FastPath", "OptimalSelection", "lex_optimal_induced"]
+__all__ = ["FastPath", "OptimalSelection", "ReferenceOptimalSelection", "lex_optimal_induced"]

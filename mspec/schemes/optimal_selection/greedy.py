@@ -1,5 +1,5 @@
-"""Key sets by the greedy tiling (facts 2 and 3 of :mod:`mspec.schemes.optimal_selection`): the
-reference realisation of ``x``, and the exact fallback of the fast path.
+"""Key sets by the greedy tiling (facts 2 and 3 of :mod:`mspec.schemes.optimal_selection`), with
+the rounding guards of the fast path: its exact fallback (``reference.py`` is the plain one).
 
 Notation (paper): K i.i.d. drafts from ``p`` (``draft``), target ``q`` (``target``),
 ``g(m) = 1 - (1 - m)^K`` and ``f(A) = g(p(A))`` = P(some draft lies in A).

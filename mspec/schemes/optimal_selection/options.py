@@ -2,9 +2,9 @@
 
 Every setting gives the same output law, exactly the target: the fast path only changes how
 the key laws are built, and whatever it builds is certified before use, with the greedy
-tiling of the reference as its fallback. The defaults are what ``"optimal"`` uses; the tests
+tiling (``greedy.py``) as its fallback. The defaults are what ``"optimal"`` uses; the tests
 turn single parts off (or force rare branches) to check each of them against the reference
-on the same inputs.
+(``reference.py``) on the same inputs.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ class FastPath:
             bucketed again.
         max_depth: tiled groups of slots are realised by slots and a pool down to this
             depth, below it by the greedy tiling (0: the greedy inside every tiled group).
-        shell_runs: the greedy tiling solves long runs of shells together, vectorised;
-            ``False``: token by token, one scalar root each (the reference's way).
     """
 
     spread: bool = True
@@ -45,7 +43,6 @@ class FastPath:
     bucket_margin: float = CERTIFICATE_MARGIN
     sort_below: int = SORT_BELOW
     max_depth: int = MAX_DEPTH
-    shell_runs: bool = True
 
     def __post_init__(self):
         if self.expand_buckets not in ("failing", "all"):
@@ -58,5 +55,3 @@ class FastPath:
 
 #: the fast path as ``"optimal"`` uses it
 DEFAULT = FastPath()
-#: the reference's greedy tiling: every token by itself
-REFERENCE = FastPath(shell_runs=False)

@@ -1,14 +1,14 @@
 """Fast path of the greedy tiling: long runs of shells solved together, vectorised.
 
-The reference greedy (:class:`~mspec.schemes.optimal_selection.greedy._Piece`) tiles one token per
+The scalar greedy (:class:`~mspec.schemes.optimal_selection.greedy._Piece`) tiles one token per
 step. After :data:`SHELL_RUN` shells in a row, :class:`_RunPiece` instead solves the windows
 of many tokens at once: in the free space with the used blocks squeezed out, the tokens
 ``first..j`` of a run of shells together occupy one window ``[S_j, S_j + c_j]`` (``c_j`` their
 total length) whose ``nu``-mass is their total ``x``; the window of each prefix is one
 root of a monotone function of ``S_j``, solved for all ``j`` by one vectorised Newton
 iteration. The run ends at the first token whose window does not grow on both sides (it
-needs a new block); the reference's step takes it from there. The result is the same
-tiling as the reference's, to rounding (tested on the same inputs).
+needs a new block); the scalar step takes it from there. The result is the same tiling as
+the scalar greedy's and ``reference.py``'s, to rounding (tested on the same inputs).
 """
 
 from __future__ import annotations

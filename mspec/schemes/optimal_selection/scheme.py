@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from mspec.schemes.selection import SelectionScheme, residual_and_mass, sample_index
+from mspec.schemes.two_step import TwoStepScheme
 from mspec.schemes.optimal_selection.atoms import _Atoms
 from mspec.schemes.optimal_selection.greedy import CERTIFY_TOLERANCE, _Piece
-from mspec.schemes.optimal_selection.options import DEFAULT, REFERENCE, FastPath
+from mspec.schemes.optimal_selection.options import DEFAULT, FastPath
 from mspec.schemes.optimal_selection.pieces import certified_pool_piece, certify_atom_before_use
 from mspec.schemes.optimal_selection.pool import _PoolPiece
+from mspec.schemes.optimal_selection.reference import ReferenceOptimalSelection
 from mspec.schemes.optimal_selection.runs import _RunPiece
 
 #: how pieces are realised: "pool" (slots and a shared pool, vectorised; the greedy where
@@ -62,12 +63,14 @@ ATOMS = ("auto", "tokens", "buckets")
 BUCKET_MIN_VOCAB = 4096
 
 
-class OptimalSelection(SelectionScheme):
+class OptimalSelection(TwoStepScheme):
     """Exactly optimal selection for K identical drafts at any vocabulary size.
 
     Acceptance equals the closed-form optimum ``min_S [q(S) + 1 - p(S)^K]``; the output
-    law is exactly the target. The package docstring of :mod:`mspec.schemes.optimal_selection` maps the
-    construction; :meth:`reference` builds the construction to read.
+    law is exactly the target. A :class:`~mspec.schemes.two_step.TwoStepScheme`: this class
+    says how the smallest key selects (step 1), the base class does the single-draft step
+    from ``x`` to ``q``. :meth:`reference` builds the construction to read
+    (:mod:`~mspec.schemes.optimal_selection.reference`).
 
     Args:
         draft: ``(V,)`` draft distribution ``p`` (K identical drafts; ``(K, V)`` with equal
@@ -149,16 +152,14 @@ class OptimalSelection(SelectionScheme):
         self.rest_top = self.top[-1] + np.concatenate([[0.0], np.cumsum(p[self.rest])])
         self._rest_pos = {int(t): i for i, t in enumerate(self.rest)}
         self._induced_cache = None  # built at the first rejection (or when asked)
-        self._residual_cache = None
 
-    @classmethod
-    def reference(cls, *, draft, target, num_drafts=None) -> OptimalSelection:
-        """The reference construction, the one to read: every token its own atom (the sort
-        of fact 1), each piece tiled by the greedy, token by token (fact 3). The same output
-        law and acceptance as the default fast path; the tests use it as the fast path's
-        oracle on the same inputs."""
-        return cls(draft=draft, target=target, num_drafts=num_drafts, atoms="tokens", tiling="greedy",
-                   fast=REFERENCE)
+    @staticmethod
+    def reference(*, draft, target, num_drafts=None) -> ReferenceOptimalSelection:
+        """The reference construction, the one to read
+        (:mod:`~mspec.schemes.optimal_selection.reference`: plain floats, every token its own
+        key set, each piece tiled greedily token by token). The same output law and
+        acceptance as the fast path; the tests use it as the fast path's oracle."""
+        return ReferenceOptimalSelection(draft=draft, target=target, num_drafts=num_drafts)
 
     # --- lazily built V-long arrays -----------------------------------------------------
     @property
@@ -187,13 +188,7 @@ class OptimalSelection(SelectionScheme):
             self._induced_cache = induced
         return self._induced_cache
 
-    @property
-    def _residual(self) -> np.ndarray:
-        if self._residual_cache is None:
-            self._residual_cache = residual_and_mass(self.target, self.induced)[0]
-        return self._residual_cache
-
-    def _x_of(self, token: int) -> float:
+    def induced_at(self, token: int) -> float:
         """``x`` of one token without building the V-long ``induced``."""
         if self._induced_cache is not None:
             return float(self._induced_cache[token])
@@ -218,7 +213,7 @@ class OptimalSelection(SelectionScheme):
             if self.tiling == "pool":
                 self._pieces[j] = certified_pool_piece(self, j)
             else:
-                self._pieces[j] = (_RunPiece if self.fast.shell_runs else _Piece)(*self._piece_args(j))
+                self._pieces[j] = _RunPiece(*self._piece_args(j))
         return self._pieces[j]
 
     def _locate(self, token: int, check: bool = True):
@@ -278,10 +273,7 @@ class OptimalSelection(SelectionScheme):
         pos = self._rest_pos[int(token)]
         return float(self.rest_top[pos] + uniform * (self.rest_top[pos + 1] - self.rest_top[pos]))
 
-    # --- the three exact operations --------------------------------------------------
-    def _acceptance(self) -> float:
-        return float(np.minimum(self.target, self.induced).sum())
-
+    # --- step 1: the smallest key wins (step 2 is TwoStepScheme's) -------------------
     def selection_probabilities(self, tokens: np.ndarray) -> np.ndarray:
         """Exact P(draft i has the smallest key), shape ``(K,)``, for validated ``tokens``.
 
@@ -371,21 +363,8 @@ class OptimalSelection(SelectionScheme):
         beyond = np.prod((1.0 - before_cut[cont, index]) ** counts[cont])
         return float(beyond) / tied
 
-    def _conditional(self, tokens):
-        probs = self.selection_probabilities(tokens)
-        dist = np.zeros(self.vocab_size)
-        accept = 0.0
-        induced = self.induced
-        for t, w in zip(tokens, probs):
-            # (x_t = 0 by rounding: accept where q_t > 0, as _sample does; never where q_t = 0)
-            q_t, x_t = float(self.target[t]), float(induced[t])
-            a = 0.0 if q_t <= 0.0 else (1.0 if q_t >= x_t else q_t / x_t)
-            dist[t] += w * a
-            dist += w * (1.0 - a) * self._residual
-            accept += w * a
-        return dist
-
-    def _sample(self, tokens, rng: np.random.Generator) -> int:
+    def select(self, tokens, rng: np.random.Generator) -> int:
+        """Step 1: the drafted token with the smallest key (validated ``tokens``)."""
         # pieces own consecutive key intervals, so only the drafts in the first piece that
         # any draft reaches can have the smallest key (rest tokens: one piece each, last)
         where = [self._locate(int(t), check=False) for t in tokens]
@@ -400,8 +379,4 @@ class OptimalSelection(SelectionScheme):
                 certify_atom_before_use(self, *where[i])  # (in a piece of atoms: where[i] is known)
             keys = [self._sample_key(int(tokens[i]), rng.random()) for i in contenders]
             i = contenders[int(np.argmin(keys))]
-        y = int(tokens[i])
-        # single-draft speculative sampling from the induced x to q
-        if rng.random() * self._x_of(y) < self.target[y]:
-            return y
-        return sample_index(self._residual, rng)
+        return int(tokens[i])

@@ -99,13 +99,13 @@ def test_clear_errors():
 
 @pytest.mark.parametrize("vocab, length", [(2, 2), (3, 2), (2, 3)])
 def test_round_rules_between_the_per_position_value_and_the_round_optimum(vocab, length):
-    # One draft: both round rules are block verification, the round optimum for K = 1.
+    # One draft: the three round rules are block verification, the round optimum for K = 1.
     # Two drafts: selected-block is at least the per-position optimum; every rule is at most
     # the round optimum; traversal is at least SpecInfer's value here (equal at L = 1, where
     # traversal is SpecInfer; above it on these models, not a theorem).
     draft, target = tiny_lm_pair(vocab, seed=3, draft_temperature=2.0, draft_noise=1.0)
     one = round_optimum(draft, target, vocab=vocab, num_drafts=1, draft_length=length).value
-    for rule in ("traversal", "selected-block"):
+    for rule in ("block", "traversal", "selected-block"):
         value = round_rule_value(draft, target, rule=rule, vocab=vocab, num_drafts=1, draft_length=length)
         assert value == pytest.approx(one, abs=1e-9)
     best = round_optimum(draft, target, vocab=vocab, num_drafts=2, draft_length=length).value
@@ -116,5 +116,7 @@ def test_round_rules_between_the_per_position_value_and_the_round_optimum(vocab,
     assert values["selected-block"] >= per_position["optimal"] - 1e-12
     assert values["traversal"] >= per_position["specinfer"] - 1e-12
     assert max(values.values()) <= best + 1e-9
-    with pytest.raises(ValueError, match="`rule` must be one of"):
+    with pytest.raises(ValueError, match="pass num_drafts=1"):
         round_rule_value(draft, target, rule="block", vocab=vocab, num_drafts=2, draft_length=length)
+    with pytest.raises(ValueError, match="`verify` must be one of"):
+        round_rule_value(draft, target, rule="tree", vocab=vocab, num_drafts=2, draft_length=length)

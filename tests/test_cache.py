@@ -14,7 +14,7 @@ from test_decoding import perturbed, tiny_opt
 from test_decoding_lossless import ALPHA, VOCAB, memoized_schemes, sequence_pvalue  # noqa: F401
 from transformers import MistralConfig, MistralForCausalLM
 
-from mspec.lm import decoding
+from mspec.lm import cache, decoding
 from mspec.lm.decoding import (
     COMPILED_STEP_WIDTH,
     STATIC_CACHE_MULTIPLE,
@@ -163,7 +163,7 @@ def test_compiled_draft_step_runs_decoding_steps_as_one_graph(models, monkeypatc
 
         return step
 
-    monkeypatch.setattr(decoding, "_compiled_call", eager_compiled_call)
+    monkeypatch.setattr(cache, "_compiled_call", eager_compiled_call)
     monkeypatch.setattr(decoding, "_check_compilable", lambda draft_model, draft_cache: None)
     try:
         compiled = speculative_generate([2, 5, 3], draft_model=draft_model, target_model=target_model,

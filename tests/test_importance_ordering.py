@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import mspec
-from mspec.synthetic import OPT_VOCAB_SIZE, lm_like_pair
+from mspec_lab.synthetic import OPT_VOCAB_SIZE, lm_like_pair
 from strategies import random_case
 
 

@@ -4,8 +4,9 @@ Sampled block efficiencies are noisy (one rejection more or less moves a generat
 tenths) and each scheme sees different rounds, so small differences between schemes drown
 (:mod:`~mspec_lab.experiments.live_decoding`). Here one *reference* generation per (prompt, seed)
 drafts ``max(drafts_k)`` rows per round. On every round, for each scheme and each K of
-``drafts_k`` (the first K rows: the drafts are i.i.d.), :func:`mspec.lm.decoding.expected_round_tokens`
-gives the expected number of tokens the round emits, with the scheme's randomness averaged
+``drafts_k`` (the first K rows: the drafts are i.i.d.), the per-position round rule
+(:meth:`mspec.rounds.per_position.PerPositionRule.expected_tokens`, made by
+:func:`mspec.rounds.make_round_rule`) gives the expected number of tokens the round emits, with the scheme's randomness averaged
 out exactly (an end-of-sequence token ends the round's continuation, as in decoding). Its
 mean over rounds estimates the block efficiency (``max_new_tokens`` truncation aside),
 and the differences between schemes are paired round by round. ``single`` is the first
@@ -117,17 +118,22 @@ def expected_per_round(pair, prompt, seed: int, s: RoundsSettings) -> dict[tuple
     its control variate (``L`` numbers per round)."""
     import torch
 
-    from mspec.lm.decoding import expected_round_tokens, speculative_generate
+    from mspec.lm.decoding import speculative_generate
+    from mspec.rounds import make_round_rule
 
     k_max, temp = max(s.drafts_k), s.draft_temperature
     out: dict[tuple[str, int], tuple[list, list]] = {m: ([], []) for m in methods(s.drafts_k, s.variants)}
+    rules = {}
+    for method, k in out:
+        scheme, params = VARIANTS.get(method, (method, None))
+        rules[method, k] = make_round_rule("per-position", scheme=scheme, scheme_params=params, num_drafts=k,
+                                           draft_temperatures=temp)
 
     def on_round(drafted, draft_probs, target_probs):
+        blocks, p, q = drafted.cpu().numpy(), draft_probs.cpu().numpy(), target_probs.cpu().numpy()
         for method, k in out:
-            scheme, params = VARIANTS.get(method, (method, None))
-            value, control = expected_round_tokens(
-                drafted[:k], draft_probs[:k], target_probs[:k], scheme=scheme, draft_temperatures=[temp] * k,
-                scheme_params=params, eos_token_id=pair.eos_token_id, control=True)
+            value, control = rules[method, k].expected_tokens(blocks[:k], p[:k], q[:k],
+                                                              eos_token_id=pair.eos_token_id, control=True)
             out[method, k][0].append(value)
             out[method, k][1].append([float(z) for z in control])
 
