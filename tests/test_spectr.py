@@ -70,7 +70,7 @@ def test_newton_matches_the_bisection_hypothesis(case):
 
 def test_newton_matches_the_bisection_on_lm_shaped_pairs():
     """The piecewise-Newton root equals the plain bisection's, rho itself to 1e-9."""
-    from mspec.synthetic import lm_like_pair
+    from mspec_lab.synthetic import lm_like_pair
 
     rng = np.random.default_rng(11)
     cases = [lm_like_pair(v, seed=s) for v, s in [(50, 0), (1000, 1), (20000, 2)]]
