@@ -46,3 +46,23 @@ def assert_exact_law(rule, target, *, atol=1e-12):
     assert abs(accept - rule.acceptance()) <= atol
     assert accept <= in_drafts + atol
     return accept
+
+
+def memoized(make_scheme):
+    """``make_scheme`` that builds each scheme ``(name, draft, target, K, params)`` once.
+
+    Only speed, for tests that meet the same positions many times (enumerations, samplers,
+    whole decoding runs): a scheme is a pure function of its arguments (per-position work in
+    ``__init__``) and ``sample`` keeps no state that depends on earlier samples, so a reused
+    scheme samples exactly like a new one.
+    """
+    built = {}
+
+    def make(name, *, draft, target, num_drafts=None, **params):
+        draft, target = np.asarray(draft), np.asarray(target)
+        key = (name, draft.shape, draft.tobytes(), target.tobytes(), num_drafts, repr(sorted(params.items())))
+        if key not in built:
+            built[key] = make_scheme(name, draft=draft, target=target, num_drafts=num_drafts, **params)
+        return built[key]
+
+    return make

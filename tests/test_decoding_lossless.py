@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats
+from sampling import memoized
 from test_decoding import perturbed, tiny_opt
 
 from mspec.schemes import registry
@@ -34,19 +35,9 @@ def models():
 
 @pytest.fixture(autouse=True)
 def memoized_schemes(monkeypatch):
-    """Build each scheme once per (draft, target, K, params): the LP schemes take ~10 ms per
-    build and the runs revisit the same 73 contexts. Only speed: a scheme is a pure function
-    of its arguments (per-position work in ``__init__``) and ``sample`` keeps no state that
-    depends on earlier samples, so a reused scheme samples exactly like a new one."""
-    make, built = registry.make_scheme, {}
-
-    def make_scheme(name, *, draft, target, num_drafts=None, **params):
-        draft, target = np.asarray(draft), np.asarray(target)
-        key = (name, draft.shape, draft.tobytes(), target.tobytes(), num_drafts, repr(sorted(params.items())))
-        if key not in built:
-            built[key] = make(name, draft=draft, target=target, num_drafts=num_drafts, **params)
-        return built[key]
-
+    """Build each scheme once per (draft, target, K, params) (:func:`sampling.memoized`): the LP
+    schemes take ~10 ms per build and the runs revisit the same 73 contexts. Only speed."""
+    make_scheme = memoized(registry.make_scheme)
     monkeypatch.setattr(registry, "make_scheme", make_scheme)
 
 

@@ -21,7 +21,7 @@ from round_cases import (
     tempered,
     value,
 )
-from sampling import chi2_pvalue
+from sampling import chi2_pvalue, memoized
 
 from mspec.rounds import ROUND_RULES, RoundOutcome, RoundRule, make_round_rule
 from mspec.rounds.optimum import next_tokens_law, target_tokens_law, tiny_lm_pair
@@ -36,18 +36,8 @@ RULES += [("block", None, 1), ("traversal", None, 2), ("traversal", None, 3), ("
 
 @pytest.fixture
 def memo_schemes(monkeypatch):
-    """Build each scheme ``(name, p, q, K)`` once: the enumerations and the samplers meet the
-    same positions many times, and a built scheme is a function of its arguments, so this
-    changes no result, only the time."""
-    build, built = registry.make_scheme, {}
-
-    def make(name, *, draft, target, num_drafts=None, **params):
-        draft, target = np.asarray(draft), np.asarray(target)
-        key = (name, draft.shape, draft.tobytes(), target.tobytes(), num_drafts, repr(sorted(params.items())))
-        if key not in built:
-            built[key] = build(name, draft=draft, target=target, num_drafts=num_drafts, **params)
-        return built[key]
-
+    """Build each scheme once (:func:`sampling.memoized`): only speed."""
+    make = memoized(registry.make_scheme)
     monkeypatch.setattr(registry, "make_scheme", make)
     monkeypatch.setattr(selected_block, "make_scheme", make)
 
