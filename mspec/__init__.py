@@ -6,8 +6,7 @@ The paper writes the draft distribution as ``p`` and the target as ``q``; every 
 function here takes them as ``draft=`` and ``target=``.
 
 Token level (numpy/scipy) is imported here; the sequence level (torch + transformers)
-lives in :mod:`mspec.lm.models`, :mod:`mspec.lm.decoding`, :mod:`mspec.lm.data` and
-:mod:`mspec_lab.metrics`, imported explicitly so ``import mspec`` stays light.
+lives in :mod:`mspec.lm.models` and :mod:`mspec.lm.decoding`, imported explicitly so ``import mspec`` stays light.
 """
 
 from mspec.schemes.canonical import CanonicalScheme, solve_canonical_lp
@@ -37,7 +36,6 @@ _LAZY = {
     "GenerationResult": "mspec.lm.decoding",
     "make_pair": "mspec.lm.models",
     "ModelPair": "mspec.lm.models",
-    "load_prompts": "mspec.lm.data",
 }
 
 

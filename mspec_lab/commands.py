@@ -181,7 +181,7 @@ def _common_arguments(parser, *, datasets: bool = True) -> None:
                         help=f"target temperature (default {d.target_temperature})")
     if datasets:
         parser.add_argument("--datasets", nargs="+", default=None, choices=DATASETS,
-                            help=f"datasets (mspec.lm.data.load_prompts; local $MSPEC_DATA_DIR, hub or built-in; "
+                            help=f"datasets (mspec_lab.data.load_prompts; local $MSPEC_DATA_DIR, hub or built-in; "
                                  f"default {_words(DATASETS)})")
     parser.add_argument("--data-source", default=None, choices=DATA_SOURCES,
                         help="where prompts come from (default: auto)")

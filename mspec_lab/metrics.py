@@ -15,7 +15,7 @@ import numpy as np
 
 __all__ = ["METRIC_FOR_DATASET", "block_efficiency", "bleu", "rouge_l", "score"]
 
-#: The paper's quality metric per dataset of :mod:`mspec.lm.data`.
+#: The paper's quality metric per dataset of :mod:`mspec_lab.data`.
 METRIC_FOR_DATASET = {"xsum": "rouge-l", "dolly": "rouge-l", "wmt": "bleu"}
 
 

@@ -41,7 +41,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from mspec.lm.data import hub_available
+from mspec_lab.data import hub_available
 from mspec.lm.models import ModelPair, check_same_vocab, early_exit_model, make_pair, tiny_model
 from mspec_lab.synthetic import OPT_VOCAB_SIZE
 

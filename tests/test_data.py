@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mspec.lm.data import (
+from mspec_lab.data import (
     BUILTIN,
     DATA_DIR_ENV,
     DATASETS,

@@ -7,9 +7,7 @@
   result types (:mod:`~mspec.lm.result`) beside it.
 * :mod:`~mspec.lm.models`: :class:`~mspec.lm.models.ModelPair` and the drafts built from a
   target (early exit); the tests' tiny offline model.
-* :mod:`~mspec.lm.data`: prompts of the paper's datasets (local samples, the hub, or a
-  built-in few).
 
-Loading pairs by name (presets, the hub, GGUF files, GPU planning) is the workshop's:
-:mod:`mspec_lab.models`. Nothing is imported here, so ``import mspec.lm.data`` needs no torch.
+Loading pairs by name (presets, the hub, GGUF files, GPU planning) and the prompts of the
+paper's datasets are the workshop's: :mod:`mspec_lab.models`, :mod:`mspec_lab.data`.
 """

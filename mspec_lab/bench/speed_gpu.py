@@ -172,7 +172,7 @@ def _time_targets(s: dict, weights: str, targets) -> dict[str, dict]:
     """Each target that fits the GPU, with real or random weights."""
     import torch
 
-    from mspec.lm.data import hub_available
+    from mspec_lab.data import hub_available
 
     device = torch.device("cuda")
     props = torch.cuda.get_device_properties(device)
@@ -256,7 +256,7 @@ def _random_prompt(length: int, vocab_size: int, seed: int) -> list[int]:
 
 
 def _builtin_prompt_text() -> str:
-    from mspec.lm.data import load_prompts
+    from mspec_lab.data import load_prompts
 
     return load_prompts("dolly", n=1, source="builtin")[0].prompt
 

@@ -75,7 +75,7 @@ class AcceptanceSettings(SharedSettings):
             dataset's reference text).
         is_s, is_alphabet: LP tokens and ranked tokens of the IS scheme.
         draft_temperature, target_temperature: temperatures of ``p`` and ``q``.
-        data_source: where prompts come from (:func:`mspec.lm.data.load_prompts`).
+        data_source: where prompts come from (:func:`mspec_lab.data.load_prompts`).
         max_chars: XSum documents are cut to this many characters.
         seed: base seed of the sampled continuations.
     """

@@ -1,7 +1,7 @@
 """What the experiments run on: datasets, prompts as token ids of a model pair, seeds.
 
 Every experiment takes a model pair (:func:`mspec_lab.models.load_pair`) and prompts of the
-paper's datasets (:func:`mspec.lm.data.load_prompts`: XSum, Dolly-15k, WMT18 de-en), tokenized
+paper's datasets (:func:`mspec_lab.data.load_prompts`: XSum, Dolly-15k, WMT18 de-en), tokenized
 here for the pair. Seeds of a generation are derived from the base seed and the prompt's
 identity, so a row computes the same whatever else a run contains.
 """
@@ -15,9 +15,9 @@ from typing import ClassVar
 __all__ = ["DATASETS", "DATA_SOURCES", "DEFAULT_DRAFT_TEMPERATURE", "Prompt", "checked_choices",
            "derived_seed", "load_dataset_prompts", "with_progress"]
 
-#: the paper's datasets (:mod:`mspec.lm.data`)
+#: the paper's datasets (:mod:`mspec_lab.data`)
 DATASETS = ("xsum", "dolly", "wmt")
-#: where prompts come from (:func:`mspec.lm.data.load_prompts`' ``source``)
+#: where prompts come from (:func:`mspec_lab.data.load_prompts`' ``source``)
 DATA_SOURCES = ("auto", "local", "hub", "builtin")
 #: draft temperature where an experiment sweeps none. The offline default pair drafts with
 #: the target's own weights, so its temperature is all that makes the draft differ (at 1 the
@@ -58,7 +58,7 @@ def load_dataset_prompts(pair, dataset: str, n: int, *, source: str = "auto", ma
     A pair without tokenizer (``"tiny"``) gets :data:`TOKENLESS_PROMPT_LENGTH` ids derived
     from a hash of the prompt text (meaningless, but distinct per prompt).
     """
-    from mspec.lm.data import load_prompts
+    from mspec_lab.data import load_prompts
 
     prompts = []
     for example in load_prompts(dataset, n=n, source=source, max_chars=max_chars):
@@ -104,7 +104,7 @@ class SharedSettings:
 
     Attributes:
         draft_temperature, target_temperature: temperatures of ``p`` and ``q``.
-        data_source: where prompts come from (:func:`mspec.lm.data.load_prompts`).
+        data_source: where prompts come from (:func:`mspec_lab.data.load_prompts`).
         max_chars: XSum documents are cut to this many characters.
         seed: base seed of the run.
     """

@@ -490,7 +490,7 @@ def code_version() -> dict:
 
 
 def _data_source(source: str) -> str:
-    from mspec.lm.data import DATA_DIR_ENV
+    from mspec_lab.data import DATA_DIR_ENV
 
     folder = os.environ.get(DATA_DIR_ENV)
     where = f"${DATA_DIR_ENV} ({Path(folder).name or folder})" if folder else f"${DATA_DIR_ENV} unset"
