@@ -59,6 +59,7 @@ CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 # A 1280 px window (a common laptop): with code at 12 px (book/_static/mspec.css, 7.2 px a
 # character) an 88-character line fits the text column, reaching into the block's padding.
 WINDOW = (1280, 1400)
+PHONE = (390, 900)  # a phone held upright: figures must still fit the column
 MAX_CODE_LINE = 88
 TOLERANCE_PX = 3  # sub-pixel rounding and MathJax's 1-2 px overhangs
 WORD_BUDGET, WORD_LIMIT = 4000, 4200
@@ -133,6 +134,32 @@ def wide_blocks(blocks: list[dict], tol: float = TOLERANCE_PX) -> list[str]:
         if b["scroll"] - b["pad"] > b["client"] + tol or b["right"] > b["col_right"] + tol:
             bad.append(f"{b['kind']} {b['scroll']} px wide in {min(b['client'], b['col_width'])} px:"
                        f" {b['line'][:100]!r}")
+    return bad
+
+
+def _overlap(a: dict | None, b: dict | None, tol: float) -> bool:
+    return bool(a and b) and min(a["right"], b["right"]) - max(a["left"], b["left"]) > tol \
+        and min(a["bottom"], b["bottom"]) - max(a["top"], b["top"]) > tol
+
+
+def figure_problems(figures: list[dict], tol: float = TOLERANCE_PX) -> list[str]:
+    """Plotly figures wider than the text column, or whose title runs into the toolbar/legend.
+
+    Each item: ``index``, ``title``, ``left``/``right`` (the figure's box), ``col_left``/
+    ``col_right`` (the column's), ``scroll``/``client`` (of the output area holding it: a
+    figure wider than its area makes it scroll), and the boxes (``left``, ``right``,
+    ``top``, ``bottom``, or ``None``) of its ``title_box``, ``modebar`` and ``legend``.
+    """
+    bad = []
+    for f in figures:
+        name = f"figure {f['index']} ({' '.join(f['title'].split())[:60]!r})"
+        if f["right"] > f["col_right"] + tol or f["left"] < f["col_left"] - tol or \
+                f["scroll"] > f["client"] + tol:
+            bad.append(f"{name} is wider than the column: {f['left']:.0f}..{f['right']:.0f} px,"
+                       f" column {f['col_left']:.0f}..{f['col_right']:.0f} px")
+        for other in ("modebar", "legend"):
+            if _overlap(f["title_box"], f[other], tol):
+                bad.append(f"{name}: the title runs into the {other}")
     return bad
 
 
@@ -220,6 +247,17 @@ def test_checks_fail_on_crafted_input():
     assert len(wide_blocks([dict(block, scroll=720)])) == 1
     assert "input 900 px" in wide_blocks([dict(block, scroll=900)])[0]
     assert len(wide_blocks([dict(block, kind="table", right=1000.0)])) == 1
+
+    box = dict(left=0.0, right=100.0, top=0.0, bottom=20.0)
+    fig = dict(index=0, title="t", left=120.0, right=880.0, scroll=760, client=760,
+               title_box=box, modebar=dict(box, left=700.0, right=860.0),
+               legend=dict(box, top=400.0, bottom=420.0), **col)
+    assert figure_problems([fig, dict(fig, right=902.0, legend=None)]) == []
+    assert "wider than the column" in figure_problems([dict(fig, right=1000.0)])[0]
+    assert "wider than the column" in figure_problems([dict(fig, scroll=900)])[0]
+    assert figure_problems([dict(fig, modebar=dict(box, left=90.0))]) == [
+        "figure 0 ('t'): the title runs into the modebar"]
+    assert "legend" in figure_problems([dict(fig, legend=dict(box, top=10.0))])[0]
 
     assert long_code_lines("x = 1\n" + "y" * 88) == []
     assert long_code_lines("x = 1\n" + "y" * 89) == [f"89 chars: {'y' * 70!r}"]
@@ -356,7 +394,21 @@ const blocks = [...column.querySelectorAll('pre, .cell_output table')].map(b => 
           col_right: col.right, col_width: Math.round(col.width),
           line: lines.reduce((a, l) => (l.length > a.length ? l : a), '')};
 });
-return {texts, displays, blocks};
+const box = el => {
+  if (!el) return null;
+  const r = el.getBoundingClientRect();
+  return r.width > 0 && r.height > 0 ? {left: r.left, right: r.right, top: r.top, bottom: r.bottom} : null;
+};
+const figures = [...column.querySelectorAll('.js-plotly-plot')].map((f, index) => {
+  const r = f.getBoundingClientRect();
+  const area = f.closest('.cell_output, .output') || f.parentElement;
+  const title = f.querySelector('.gtitle');
+  return {index, title: title ? title.textContent : '', left: r.left, right: r.right,
+          col_left: col.left, col_right: col.right, scroll: area.scrollWidth, client: area.clientWidth,
+          title_box: box(title), modebar: box(f.querySelector('.modebar')),
+          legend: box(f.querySelector('.legend'))};
+});
+return {texts, displays, blocks, figures};
 """
 
 
@@ -365,6 +417,7 @@ def readability_problems(driver) -> list[str]:
     problems = [f"raw TeX in the text: \"{t}\"" for t in raw_math(report["texts"])]
     problems += [f"clipped equation {e}" for e in clipped_equations(report["displays"])]
     problems += [f"too wide: {b}" for b in wide_blocks(report["blocks"])]
+    problems += figure_problems(report["figures"])
     return problems
 
 
@@ -452,6 +505,52 @@ def test_checks_catch_crafted_problems(site, browser):
     assert raw.startswith("raw TeX") and "$x + y$" in raw and "\\(z\\)" in raw
     assert eq.startswith("clipped equation") and "a_{1} + b_{2}" in eq
     assert code.startswith("too wide: input") and "x = 1;" in code
+
+
+FIGURE_PAGES = [p for p in PAGES if p.startswith("notebooks/")]
+
+
+def _figures_drawn(driver):
+    n_divs = driver.execute_script("return document.querySelectorAll('.plotly-graph-div').length")
+    _wait(driver, "return document.querySelectorAll('.js-plotly-plot .main-svg').length"
+                  f" >= {n_divs}", what="plotly figures to render")
+
+
+@pytest.mark.parametrize("page", FIGURE_PAGES)
+def test_figures_fit_a_phone(site, browser, page):
+    browser.set_window_size(*PHONE)
+    try:
+        _load(browser, f"{site}/{page}.html")
+        _figures_drawn(browser)
+        problems = figure_problems(browser.execute_script(PROBE)["figures"])
+        _shot(browser, page.replace("/", "__") + "__phone")
+    finally:
+        browser.set_window_size(*WINDOW)
+    assert not problems, f"{page} at {PHONE[0]} px:\n" + "\n".join(problems)
+
+
+# a figure twice the column's width, and one whose legend sits on its title
+INJECT_FIGURES = r"""
+const column = document.querySelector('article.bd-article');
+const wide = document.createElement('div'), crowded = document.createElement('div');
+column.prepend(crowded); column.prepend(wide);
+return Promise.all([
+  Plotly.newPlot(wide, [{y: [1, 2, 3]}], {width: 2 * column.clientWidth, title: {text: 'wide'}}),
+  Plotly.newPlot(crowded, [{y: [1, 2], name: 'a long legend entry'}, {y: [2, 1], name: 'another one'}],
+                 {title: {text: 'crowded title', x: 0.5}, showlegend: true,
+                  legend: {orientation: 'h', x: 0.5, xanchor: 'center', y: 1.12, yanchor: 'bottom'}}),
+]).then(() => true);
+"""
+
+
+def test_checks_catch_crafted_figures(site, browser):
+    _load(browser, f"{site}/{FIGURE_PAGES[0]}.html")
+    _figures_drawn(browser)
+    assert figure_problems(browser.execute_script(PROBE)["figures"]) == []
+    _wait(browser, INJECT_FIGURES, what="the injected figures")
+    problems = figure_problems(browser.execute_script(PROBE)["figures"])
+    assert any("'wide'" in p and "wider than the column" in p for p in problems), problems
+    assert any("'crowded title'" in p and "runs into the legend" in p for p in problems), problems
 
 
 if __name__ == "__main__":  # print the word counts
