@@ -49,3 +49,20 @@ def test_two_sliders_reject_bad_input():
     with pytest.raises(ValueError, match="same traces"):
         with_two_precomputed_sliders(lambda a, b: go.Figure([go.Bar(y=[1])] * (a + b)),
                                      [1, 2], [0], labels=("A", "B"))
+
+
+def test_website_layout_gives_title_and_legend_their_own_bands():
+    from mspec.plots.display import LEGEND_ROW_PX, LEGEND_ROWS, TITLE_BAND_PX, website_layout
+
+    above = go.Figure(go.Bar(y=[1, 2], name="a"), layout=dict(
+        title="t", height=400, margin=dict(t=60),
+        legend=dict(orientation="h", y=1.0, yanchor="bottom")))
+    before = above.to_dict()
+    layout = website_layout(before)["layout"]
+    assert layout["legend"]["yref"] == "container" and layout["legend"]["yanchor"] == "top"
+    assert layout["legend"]["y"] == 1 - TITLE_BAND_PX / 400
+    assert layout["title"]["yref"] == "container" and layout["title"]["text"] == "t"
+    assert layout["margin"]["t"] == TITLE_BAND_PX + LEGEND_ROWS * LEGEND_ROW_PX
+    assert before["layout"]["legend"]["y"] == 1.0  # the figure itself is unchanged
+    below = go.Figure(go.Bar(y=[1]), layout=dict(legend=dict(orientation="h", y=-0.2)))
+    assert website_layout(below.to_dict()) == below.to_dict()

@@ -22,8 +22,10 @@ from __future__ import annotations
 import sys
 
 __all__ = ["BOOK_RENDERER", "SLIDER_KEYS", "SLIDER_PAIR_KEYS", "in_colab", "use_book_renderer",
-           "with_precomputed_slider", "with_two_precomputed_sliders"]
+           "website_layout", "with_precomputed_slider", "with_two_precomputed_sliders"]
 
+#: the website's band for a figure's title, and for its legend (rows of ``LEGEND_ROW_PX``)
+TITLE_BAND_PX, LEGEND_ROWS, LEGEND_ROW_PX = 34, 3, 22
 #: name under which :func:`use_book_renderer` registers the website renderer
 BOOK_RENDERER = "mspec_book"
 
@@ -56,8 +58,11 @@ def use_book_renderer(*, colab: bool | None = None) -> str:
         def to_mimebundle(self, fig_dict):
             bundle = pio.renderers["plotly_mimetype"].to_mimebundle(fig_dict)
             bundle["text/html"] = pio.to_html(
-                fig_dict, include_plotlyjs=False, include_mathjax=False, full_html=False,
-                default_width="100%", validate=False, config={"displaylogo": False},
+                website_layout(fig_dict), include_plotlyjs=False, include_mathjax=False,
+                full_html=False, default_width="100%", validate=False,
+                # no toolbar on the website: on a phone it covers the title (drag to zoom,
+                # double-click to reset, hover for values all still work)
+                config={"displaylogo": False, "displayModeBar": False},
             )
             return bundle
 
@@ -65,6 +70,36 @@ def use_book_renderer(*, colab: bool | None = None) -> str:
     name = "colab" if (in_colab() if colab is None else colab) else BOOK_RENDERER
     pio.renderers.default = name
     return name
+
+
+def website_layout(fig_dict: dict) -> dict:
+    """The figure as the website draws it: title and legend each get their own band on top.
+
+    A horizontal legend above the plot wraps onto more rows in a narrow (phone) column and
+    then grows into the title. On the website the title is pinned to the top left of the
+    figure and the legend to a band below it, tall enough for ``LEGEND_ROWS`` rows. The
+    figure's own layout is kept for JupyterLab and Colab.
+
+    Args:
+        fig_dict: a plotly figure as a dict (``fig.to_dict()``).
+
+    Returns:
+        A new dict; ``fig_dict`` is not changed.
+    """
+    layout = dict(fig_dict.get("layout", {}))
+    legend = dict(layout.get("legend", {}))
+    if legend.get("orientation") != "h" or legend.get("y", 0) < 1:
+        return fig_dict
+    height = layout.get("height") or 450  # plotly's default height
+    title = layout.get("title", {})
+    title = dict(title if isinstance(title, dict) else {"text": title})
+    title.update(x=0, xanchor="left", xref="container", y=1, yanchor="top", yref="container",
+                 pad={"t": 8, "l": 8})
+    legend.update(x=0, xanchor="left", y=1 - TITLE_BAND_PX / height, yanchor="top",
+                  yref="container")
+    margin = dict(layout.get("margin", {}))
+    margin["t"] = max(margin.get("t", 0), TITLE_BAND_PX + LEGEND_ROWS * LEGEND_ROW_PX)
+    return {**fig_dict, "layout": {**layout, "title": title, "legend": legend, "margin": margin}}
 
 
 def with_precomputed_slider(make_figure, values, *, label, active=0, fmt=None):
