@@ -15,6 +15,7 @@ from mspec.distributions import check_distribution, distribution_from_logits
 from mspec.schemes.exact import output_distribution
 from mspec.plots.figure2 import figure2_curves
 from mspec.schemes.importance import ImportanceSampling
+from mspec.schemes.importance_paper import PaperImportanceSampling
 from mspec.schemes.lp import LPFallbackWarning, LPSolveError
 from mspec.schemes.optimal_lp import OptimalLP, solve_optimal_lp
 from mspec.schemes.optimal_selection import OptimalSelection, lex_optimal_induced
@@ -53,6 +54,7 @@ __all__ = [
     "LPSolveError",
     "OptimalLP",
     "OptimalSelection",
+    "PaperImportanceSampling",
     "SCHEMES",
     "SchemeError",
     "Selection",

@@ -1,7 +1,12 @@
-"""The paper's practical scheme: importance-weighted selection from a truncated LP.
+"""Our variant of the paper's practical scheme: importance-weighted selection from a truncated LP.
 
-This is the canonical decomposition (:mod:`mspec.schemes.canonical`) with selection weights that
-are cheap to find at LLM vocabulary sizes. For two drafts ``X_1 ~ p_1``, ``X_2 ~ p_2``
+The scheme as the paper publishes it (Section 4, Algorithm 1) is
+:mod:`mspec.schemes.importance_paper` (``"is-paper"``), which reuses this module's helpers;
+this module keeps the paper's ranking and truncated LP but deviates in the fixed rule, the
+alphabet and the later stages (marked below).
+
+This is the canonical decomposition (:mod:`mspec.schemes.canonical`) with selection weights
+that are cheap to find at LLM vocabulary sizes. For two drafts ``X_1 ~ p_1``, ``X_2 ~ p_2``
 (identical drafts: ``p_1 = p_2 = p``) and target ``q``:
 
 1. **LP tokens** (the paper's ranking): the ``s`` tokens of highest
@@ -146,7 +151,7 @@ def _per_bin(w: np.ndarray, where: np.ndarray) -> np.ndarray:
     return np.bincount(where, weights=w, minlength=RATIO_BINS)
 
 
-def _mass_after(w: np.ndarray) -> np.ndarray:
+def mass_after(w: np.ndarray) -> np.ndarray:
     """Mass ranked strictly after each position of the ranked alphabet, ``(alphabet,)``."""
     return np.concatenate([np.cumsum(w[::-1])[::-1][1:], [0.0]])
 
@@ -262,6 +267,55 @@ def truncated_lp_weights(l1, l2, q_l, base) -> np.ndarray:
     return w
 
 
+def alphabet_tokens(mass: np.ndarray, alphabet: int) -> np.ndarray:
+    """The ``alphabet`` tokens of highest ``mass`` (``q + p_1 + p_2``), in no particular order.
+
+    Args:
+        mass: ``(V,)`` the score of every token.
+        alphabet: how many tokens to keep; all ``V`` (``arange``) when ``alphabet >= V``.
+
+    Returns:
+        ``(min(alphabet, V),)`` token ids. Ties at the edge: whichever ``np.argpartition``
+        keeps (deterministic).
+    """
+    vocab = mass.shape[0]
+    if alphabet < vocab:
+        return np.argpartition(mass, vocab - alphabet)[vocab - alphabet :]
+    return np.arange(vocab)
+
+
+def rank_by_sigma(tokens: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """``tokens`` sorted by the paper's ``sigma`` (``(n,)``, one per token), highest first;
+    ties: the lower token id first."""
+    return tokens[np.lexsort((tokens, -sigma))]
+
+
+def solve_lp_pairs(p1: np.ndarray, p2: np.ndarray, target: np.ndarray, lp_tokens: np.ndarray,
+                   induced: np.ndarray) -> np.ndarray:
+    """The truncated LP on the pairs of two different LP tokens; adds them to ``induced``.
+
+    Args:
+        p1, p2: ``(V,)`` laws of the first and second token.
+        target: ``(V,)`` target ``q``.
+        lp_tokens: ``(s,)`` the LP tokens ``L``.
+        induced: ``(V,)`` ``p_I`` of every pair *except* two different LP tokens; updated in
+            place to the full ``p_I`` under the weights returned.
+
+    Returns:
+        ``(s, s)`` weights ``w`` (:func:`truncated_lp_weights`; ``[[1.0]]`` for ``s = 1``).
+    """
+    s = lp_tokens.shape[0]
+    l1, l2 = p1[lp_tokens], p2[lp_tokens]
+    # pairs (y, z) in L with y != z, z at y's selection cost: w(z, y) = 0 -> y selected
+    induced[lp_tokens] += l2 * (l1.sum() - l1)
+    w = np.ones((s, s))
+    if s >= 2:
+        w = truncated_lp_weights(l1, l2, target[lp_tokens], induced[lp_tokens])
+        joint = l1[:, None] * l2[None, :] * w  # the diagonal cancels below
+        induced[lp_tokens] += joint.sum(axis=1) - joint.sum(axis=0)
+    return w
+
+
 class PairStage:
     """One two-draft selection: ``x_1 ~ p1``, ``x_2 ~ p2``, truncated LP toward ``target``.
 
@@ -313,18 +367,14 @@ class PairStage:
     # -- building the stage, in order ---------------------------------------------------------
     def _rank_tokens(self, mass: np.ndarray, s: int, alphabet: int) -> None:
         """The scores ``sigma``, ``ratio`` and ``bin``, the ``ranked`` alphabet and the ``lp_tokens``."""
-        vocab = self.target.shape[0]
         self.sigma = sigma = self.target - self.p1 * self.p2
         # never-drafted tokens: inf/nan, weight 0; a subnormal mass overflows to inf (the
         # highest priority, as its exact ratio would be)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             self.ratio = ratio = np.where(mass > 0, self.target / mass, np.inf)
-        if alphabet < vocab:
-            alpha = np.argpartition(self.target + mass, vocab - alphabet)[vocab - alphabet :]
-        else:
-            alpha = np.arange(vocab)
+        alpha = alphabet_tokens(self.target + mass, alphabet)
         self.ranked = alpha[np.lexsort((alpha, -ratio[alpha]))]  # ratio desc, then id
-        self.lp_tokens = alpha[np.lexsort((alpha, -sigma[alpha]))][:s]  # sigma desc, then id
+        self.lp_tokens = rank_by_sigma(alpha, sigma[alpha])[:s]
         self._rank_of = {t: i for i, t in enumerate(self.ranked.tolist())}  # alphabet token -> rank
         self._lp_of = {t: i for i, t in enumerate(self.lp_tokens.tolist())}  # LP token -> row of w
         self.bin = ratio_bins(ratio)
@@ -342,8 +392,8 @@ class PairStage:
         rest_hist1 = np.maximum(_per_bin(p1, bins) - alpha_hist1, 0.0)
         rest_hist2 = rest_hist1 if same else np.maximum(_per_bin(p2, bins) - alpha_hist2, 0.0)
         rest_upto1, rest_upto2 = np.cumsum(rest_hist1), np.cumsum(rest_hist2)
-        d1 = _mass_after(a1) + rest_upto1[a_bin]  # p1-mass an alphabet token beats
-        d2 = _mass_after(a2) + rest_upto2[a_bin]
+        d1 = mass_after(a1) + rest_upto1[a_bin]  # p1-mass an alphabet token beats
+        d2 = mass_after(a2) + rest_upto2[a_bin]
         # rest token r in bin b beats: rest tokens in lower bins, alphabet tokens in lower
         # bins, and -- as the first draft -- rest tokens of its own bin (itself included).
         # Computed for every token, then overwritten on the alphabet.
@@ -359,7 +409,7 @@ class PairStage:
         in_lp = np.isin(ranked, self.lp_tokens)
         lp1, lp2 = np.where(in_lp, a1, 0.0), np.where(in_lp, a2, 0.0)
         priority_fixed = priority.copy()
-        priority_fixed[ranked] -= in_lp * (a1 * _mass_after(lp2) + _mass_after(lp1) * a2)
+        priority_fixed[ranked] -= in_lp * (a1 * mass_after(lp2) + mass_after(lp1) * a2)
         return priority, priority_fixed
 
     def _choose_base_rule(self, mass: np.ndarray, priority: np.ndarray, *, later: bool) -> tuple[float, np.ndarray]:
@@ -422,17 +472,8 @@ class PairStage:
 
     def _solve_truncated_lp(self, induced: np.ndarray, s: int) -> np.ndarray:
         """Set ``w`` and ``lp_size`` by the truncated LP on ``L``; the full ``p_I``."""
-        lp = self.lp_tokens
-        l1, l2 = self.p1[lp], self.p2[lp]
-        # pairs (y, z) in L with y != z, z at y's selection cost: w(z, y) = 0 -> y selected
-        induced[lp] += l2 * (l1.sum() - l1)
-        self.w = np.ones((s, s))
-        self.lp_size = (0, 0)
-        if s >= 2:
-            self.w = truncated_lp_weights(l1, l2, self.target[lp], induced[lp])
-            self.lp_size = (s * (s - 1) + s, s)
-            joint = l1[:, None] * l2[None, :] * self.w  # the diagonal cancels below
-            induced[lp] += joint.sum(axis=1) - joint.sum(axis=0)
+        self.w = solve_lp_pairs(self.p1, self.p2, self.target, self.lp_tokens, induced)
+        self.lp_size = (s * (s - 1) + s, s) if s >= 2 else (0, 0)
         return induced
 
     # -- selecting ---------------------------------------------------------------------------
@@ -481,31 +522,18 @@ class PairStage:
         return 1.0 if b1 > b2 else 0.0
 
 
-class ImportanceSampling(TwoStepScheme):
-    """The paper's IS scheme: truncated-LP selection, then single-draft speculative sampling.
+class PairwiseStages(TwoStepScheme):
+    """K drafts as ``K - 1`` two-draft stages (the paper's multi-stage approach): ``Y_1 = X_1``,
+    stage ``k`` keeps ``Y_{k-1}`` or switches to ``X_{k+1}``; ``Y_K`` goes to the single-draft step.
 
-    Args:
-        draft: ``(V,)`` with ``num_drafts=K`` or ``(K, V)``.
-        target: ``(V,)``.
-        num_drafts: K (K = 1 is single-draft speculative sampling).
-        s: LP tokens per stage, an integer ``>= 1`` (default ``DEFAULT_LP_TOKENS``);
-            values above V act as V.
-        alphabet: ranked tokens per stage, an integer ``>= s`` (default
-            ``DEFAULT_ALPHABET``); values above V act as V.
-        deficit_rule: whether a stage may switch to the deficit rule (our deviation, see
-            :class:`PairStage`) when it accepts more; ``False`` keeps the priority rule at
-            every stage.
-
-    Attributes:
-        stages: the ``K - 1`` :class:`PairStage` selections.
-        induced: ``(V,)`` ``p_I`` of the finally selected token.
+    A subclass sets ``stages`` (objects with ``prob_first(x1, x2)`` = P(keep ``x1``)) and
+    ``induced`` in ``__init__``; :meth:`_set_sizes` checks ``s`` and ``alphabet``.
     """
 
-    name = "is"
+    stages: list
 
-    def __init__(self, *, draft, target, num_drafts=None, s: int = DEFAULT_LP_TOKENS,
-                 alphabet: int = DEFAULT_ALPHABET, deficit_rule: bool = True):
-        super().__init__(draft=draft, target=target, num_drafts=num_drafts)
+    def _set_sizes(self, s, alphabet) -> None:
+        """Check ``s`` and ``alphabet`` and set them, capped at V."""
         for arg, value in (("s", s), ("alphabet", alphabet)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"`{arg}` must be an integer >= 1, got {value!r}")
@@ -516,14 +544,6 @@ class ImportanceSampling(TwoStepScheme):
                 f"`s` = {s} LP tokens must be <= `alphabet` = {alphabet} ranked tokens (the LP tokens "
                 "are the top `s` of the alphabet); raise `alphabet` or lower `s`"
             )
-        self.stages: list[PairStage] = []
-        induced = self.draft_row(0)
-        for i in range(1, self.num_drafts):
-            stage = PairStage(induced, self.draft_row(i), self.target, self.s, self.alphabet, later=i > 1,
-                              deficit_rule=bool(deficit_rule))
-            self.stages.append(stage)
-            induced = stage.induced
-        self.induced = induced
 
     def selection_distribution(self, tokens) -> dict[int, float]:
         """Law of the selected token given the drafted tokens, ``{token: probability}``."""
@@ -551,4 +571,41 @@ class ImportanceSampling(TwoStepScheme):
         return y
 
 
-__all__ = ["ImportanceSampling", "PairStage", "ratio_bins", "truncated_lp_weights"]
+class ImportanceSampling(PairwiseStages):
+    """Our variant of the paper's IS scheme: truncated-LP selection, then single-draft speculative sampling.
+
+    Args:
+        draft: ``(V,)`` with ``num_drafts=K`` or ``(K, V)``.
+        target: ``(V,)``.
+        num_drafts: K (K = 1 is single-draft speculative sampling).
+        s: LP tokens per stage, an integer ``>= 1`` (default ``DEFAULT_LP_TOKENS``);
+            values above V act as V.
+        alphabet: ranked tokens per stage, an integer ``>= s`` (default
+            ``DEFAULT_ALPHABET``); values above V act as V.
+        deficit_rule: whether a stage may switch to the deficit rule (our deviation, see
+            :class:`PairStage`) when it accepts more; ``False`` keeps the priority rule at
+            every stage.
+
+    Attributes:
+        stages: the ``K - 1`` :class:`PairStage` selections.
+        induced: ``(V,)`` ``p_I`` of the finally selected token.
+    """
+
+    name = "is"
+
+    def __init__(self, *, draft, target, num_drafts=None, s: int = DEFAULT_LP_TOKENS,
+                 alphabet: int = DEFAULT_ALPHABET, deficit_rule: bool = True):
+        super().__init__(draft=draft, target=target, num_drafts=num_drafts)
+        self._set_sizes(s, alphabet)
+        self.stages: list[PairStage] = []
+        induced = self.draft_row(0)
+        for i in range(1, self.num_drafts):
+            stage = PairStage(induced, self.draft_row(i), self.target, self.s, self.alphabet, later=i > 1,
+                              deficit_rule=bool(deficit_rule))
+            self.stages.append(stage)
+            induced = stage.induced
+        self.induced = induced
+
+
+__all__ = ["ImportanceSampling", "PairStage", "PairwiseStages", "alphabet_tokens", "mass_after", "rank_by_sigma",
+           "ratio_bins", "solve_lp_pairs", "truncated_lp_weights"]

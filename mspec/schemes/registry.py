@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from mspec.schemes.canonical import CanonicalScheme
 from mspec.schemes.importance import ImportanceSampling
+from mspec.schemes.importance_paper import PaperImportanceSampling
 from mspec.schemes.optimal_lp import OptimalLP
 from mspec.schemes.optimal_selection import OptimalSelection
 from mspec.schemes.selection import SelectionScheme
@@ -19,7 +20,8 @@ from mspec.schemes.spectr import SpecTr
 
 #: every scheme class of the package, in the order the book introduces them
 SCHEME_CLASSES: tuple[type[SelectionScheme], ...] = (
-    SingleDraft, SpecInfer, SpecTr, OptimalLP, CanonicalScheme, ImportanceSampling, OptimalSelection,
+    SingleDraft, SpecInfer, SpecTr, OptimalLP, CanonicalScheme, PaperImportanceSampling, ImportanceSampling,
+    OptimalSelection,
 )
 #: scheme name -> class, built from each class's ``name``
 SCHEMES: dict[str, type[SelectionScheme]] = {cls.name: cls for cls in SCHEME_CLASSES}
@@ -41,6 +43,6 @@ def make_scheme(name: str, *, draft, target, num_drafts=None, **params) -> Selec
         draft: ``(V,)`` (identical drafts, with ``num_drafts``) or ``(K, V)``.
         target: ``(V,)``.
         num_drafts: K.
-        **params: scheme parameters (e.g. ``s`` and ``alphabet`` for ``"is"``).
+        **params: scheme parameters (e.g. ``s`` and ``alphabet`` for ``"is"`` and ``"is-paper"``).
     """
     return get_scheme(name)(draft=draft, target=target, num_drafts=num_drafts, **params)

@@ -105,7 +105,7 @@ class AcceptanceSettings(SharedSettings):
         jobs = [("single", 1, {})]
         for k in self.drafts:
             for scheme in paper.COMPARED_SCHEMES:
-                jobs.append((scheme, k, dict(self.is_params) if scheme == "is" else {}))
+                jobs.append((scheme, k, dict(self.is_params) if scheme in paper.IS_SCHEMES else {}))
         return jobs
 
 

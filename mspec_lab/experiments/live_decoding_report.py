@@ -118,11 +118,11 @@ def _print_quality(dataset: str, by: dict, temps, notes):
     metric = "BLEU (0-1, sentence level)" if dataset == "wmt" else "ROUGE-L"
     header = ["method"] + [c for t in temps for c in (f"T={t:g} ours", f"T={t:g} paper")]
     body = []
-    for m in ("is", "single", "specinfer", "spectr"):
+    for m in ("is-paper", "is", "single", "specinfer", "spectr"):
         row = [m]
         for t in temps:
             idx = paper.TEMPERATURES.index(t) if t in paper.TEMPERATURES else None
-            theirs = ptable[m][idx] if ptable is not None and idx is not None else None
+            theirs = ptable[m][idx] if ptable is not None and idx is not None and m in ptable else None
             row += [_q(by[t][m]), fmt(theirs, digits=3)]
         body.append(row)
     body.append([AUTOREGRESSIVE] + [_q(by[AUTOREGRESSIVE]), "-"] * len(temps))
@@ -148,8 +148,8 @@ def _print_topk(st, s: DecodingSettings, notes):
     body = []
     for top_k, by in st.items():
         for k in s.topk_drafts:
-            ours_is = by[k]["is"]["block_efficiency"]["mean"]
-            theirs_is = paper.paper_value(paper.TABLE4_TOP_K, top_k, k, "is")
+            ours_is = by[k]["is-paper"]["block_efficiency"]["mean"]
+            theirs_is = paper.paper_value(paper.TABLE4_TOP_K, top_k, k, "is-paper")
             for m in paper.COMPARED_SCHEMES:
                 theirs = paper.paper_value(paper.TABLE4_TOP_K, top_k, k, m)
                 ratio = by[k][m]["block_efficiency"]["mean"] / ours_is
@@ -233,7 +233,7 @@ def _print_goals(goals, preset: str):
 
 
 # -- figures -------------------------------------------------------------------------------------
-COLORS = {"optimal": "#8e44ad", "is": "#d62728", "spectr": "#1f77b4", "specinfer": "#2ca02c", "single": "#999999",
+COLORS = {"optimal": "#8e44ad", "is-paper": "#ff7f0e", "is": "#d62728", "spectr": "#1f77b4", "specinfer": "#2ca02c", "single": "#999999",
           AUTOREGRESSIVE: "#222222"}
 
 

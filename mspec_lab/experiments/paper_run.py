@@ -84,7 +84,8 @@ REGIMES = ("default", "paper")
 #: the tables of a results document (lists of records)
 TABLES = ("sweep", "table3", "table3_differences", "topk", "truncation", "rounds", "rounds_differences")
 #: the scheme pairs whose paired differences ``table3_differences`` stores
-PAIRS = (("optimal", "is"), ("optimal", "spectr"), ("optimal", "specinfer"), ("is", "spectr"),
+PAIRS = (("optimal", "is-paper"), ("optimal", "is"), ("optimal", "spectr"), ("optimal", "specinfer"),
+         ("is", "is-paper"), ("is-paper", "spectr"), ("is-paper", "specinfer"), ("is", "spectr"),
          ("is", "specinfer"), ("spectr", "specinfer"))
 #: a token-level mean may exceed the optimum's by float rounding only
 EXACT_TOLERANCE = 1e-9
@@ -230,7 +231,7 @@ def _acceptances(draft, target, jobs, is_params) -> dict[tuple, list[float]]:
     for scheme, k, params in jobs:
         out[scheme, k, params] = [
             token_acceptance(scheme, draft=draft[j], target=target[j], num_drafts=k,
-                             params=dict(params) if params else (is_params if scheme == "is" else None))
+                             params=dict(params) if params else (is_params if scheme in paper.IS_SCHEMES else None))
             for j in range(target.shape[0])]
     return out
 
@@ -271,7 +272,8 @@ def _token_level(pair, prompts_by_dataset, s: PaperRunSettings, regimes: dict[st
                  progress: bool) -> dict[str, list[dict]]:
     """Tables 3, 4 and 2 at the token level, in every regime; the check's values."""
     table3_jobs = [(scheme, k, ()) for scheme, k in s.table3_jobs()]
-    trunc_jobs = [("is", 2, (("alphabet", a), ("s", ls))) for ls, a in s.truncation_settings()]
+    trunc_jobs = [(scheme, 2, (("alphabet", a), ("s", ls))) for scheme in paper.IS_SCHEMES
+                  for ls, a in s.truncation_settings()]
     top_ks = (None, *s.top_k)
     topk_jobs = [("single", 1, ())] + [(scheme, k, ()) for k in s.topk_drafts for scheme in paper.COMPARED_SCHEMES]
     main = {(r, d): _Positions() for r in regimes for d in s.datasets}
