@@ -527,7 +527,7 @@ class PairwiseStages(TwoStepScheme):
     stage ``k`` keeps ``Y_{k-1}`` or switches to ``X_{k+1}``; ``Y_K`` goes to the single-draft step.
 
     A subclass sets ``stages`` (objects with ``prob_first(x1, x2)`` = P(keep ``x1``)) and
-    ``induced`` in ``__init__``; :meth:`_set_sizes` checks ``s`` and ``alphabet``.
+    ``induced`` in ``__init__``; ``_set_sizes`` checks ``s`` and ``alphabet``.
     """
 
     stages: list
