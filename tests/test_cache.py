@@ -99,7 +99,8 @@ def test_static_cache_holds_the_accepted_prefix_in_every_row(models, monkeypatch
     monkeypatch.setattr(decoding._CachedModel, "forward", checked_forward)
     monkeypatch.setattr(decoding._StaticCachedModel, "keep", checked_keep)
     result = speculative_generate([2, 5, 3], draft_model=draft_model, target_model=target_model, num_drafts=3,
-                                  draft_length=3, max_new_tokens=30, generator=3, draft_cache="static")
+                                  draft_length=3, max_new_tokens=30, generator=3, draft_cache="static",
+                                  eos_token_id=False)
     assert seen["keep"] == len(result.rounds) >= 5 and seen["forward"] > 3 * len(result.rounds)
     assert any(r.bonus for r in result.rounds) and any(r.accepted_length == 0 for r in result.rounds)
 

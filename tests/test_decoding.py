@@ -70,7 +70,7 @@ def test_cached_logits_equal_full_recomputation(models, monkeypatch):
     monkeypatch.setattr(decoding._CachedModel, "forward", checked_forward)
     result = speculative_generate(
         [2, 5, 3], draft_model=draft_model, target_model=target_model, num_drafts=3, draft_length=3,
-        max_new_tokens=30, generator=3,
+        max_new_tokens=30, generator=3, eos_token_id=False,  # no end-of-sequence: run all 30 tokens
     )
     assert len(result.rounds) >= 5 and calls["n"] > 3 * len(result.rounds)
     assert 3 in calls["rows"]
@@ -103,6 +103,7 @@ def test_output_and_metrics(models):
     result = speculative_generate(
         torch.tensor([[2, 3]]), draft_model=draft_model, target_model=target_model, scheme="spectr",
         num_drafts=3, draft_length=4, max_new_tokens=23, generator=torch.Generator().manual_seed(1),
+        eos_token_id=False,  # no end-of-sequence: run all 23 tokens
     )
     assert len(result.token_ids) == 23  # truncated exactly at max_new_tokens
     assert all(0 <= t < 8 for t in result.token_ids)
@@ -259,7 +260,7 @@ def test_baselines(models):
     draft_model, target_model = models
     out = generate_with_baselines(
         [2, 4], draft_model=draft_model, target_model=target_model, scheme="specinfer", num_drafts=3,
-        draft_length=3, draft_temperatures=[1.0, 1.2, 1.4], max_new_tokens=16, generator=0,
+        draft_length=3, draft_temperatures=[1.0, 1.2, 1.4], max_new_tokens=16, generator=0, eos_token_id=False,
     )
     assert set(out) == {"autoregressive", "single", "multi"}
     assert out["autoregressive"].block_efficiency == 1.0 and len(out["autoregressive"].token_ids) == 16
@@ -345,7 +346,8 @@ def test_drafts_with_one_prefix_sample_from_one_bit_identical_row(models):
     rounds = []
     speculative_generate([3, 1, 4], draft_model=noisy, target_model=target_model, num_drafts=6,
                          draft_length=4, draft_temperatures=[1.6, 1.6, 1.6, 1.6, 2.0, 2.0], max_new_tokens=40,
-                         generator=5, on_round=lambda *r: rounds.append([x.clone() for x in r]))
+                         generator=5, eos_token_id=False,
+                         on_round=lambda *r: rounds.append([x.clone() for x in r]))
     groups = 0
     for drafted, draft_probs, _ in rounds:
         temps = [1.6] * 4 + [2.0] * 2

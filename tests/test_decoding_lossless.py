@@ -62,7 +62,8 @@ def sequence_pvalue(draft_model, target_model, scheme, **kwargs) -> float:
     counts = np.zeros(VOCAB**3)
     for _ in range(NUM_RUNS):
         ids = speculative_generate(PROMPT, draft_model=draft_model, target_model=target_model, scheme=scheme,
-                                   draft_length=2, max_new_tokens=3, generator=gen, **kwargs).token_ids
+                                   draft_length=2, max_new_tokens=3, eos_token_id=False, generator=gen,
+                                   **kwargs).token_ids
         counts[(ids[0] * VOCAB + ids[1]) * VOCAB + ids[2]] += 1
     return binned_chisquare(counts, NUM_RUNS * probs.ravel())
 

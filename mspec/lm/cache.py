@@ -66,7 +66,10 @@ class _CachedModel:
         return kwargs
 
     def expand(self, k: int) -> None:
-        """Repeat the (batch-1) cache into ``k`` rows."""
+        """Repeat the (batch-1) cache into ``k`` rows; sliding-window layers keep every new position
+        until :meth:`keep` crops them (transformers' past recording, as in assisted generation)."""
+        if hasattr(self.cache, "activate_past_recording"):  # after the prefill: no copy of a long prompt
+            self.cache.activate_past_recording()
         self.cache.batch_repeat_interleave(k)
         self.tokens = self.tokens.repeat_interleave(k, dim=0)
 
@@ -77,8 +80,8 @@ class _CachedModel:
             # a CUDA index only on its own GPU -- and with device_map="auto" the cache layers
             # live on the GPUs of their model layers, not all on self.device (the first one)
             self.cache.batch_select_indices(torch.tensor([row]))
-        if self.length > length:
-            self.cache.crop(length - self.length)  # crop() takes minus the tokens to remove
+        # crop() takes minus the tokens to remove; crop(0) cuts a sliding window back to its size
+        self.cache.crop(length - self.length)
         self.tokens = self.tokens[row : row + 1, :length]
 
 
@@ -136,11 +139,25 @@ class _StaticCachedModel(_CachedModel):
 
 
 def _dynamic_cache(model):
-    """An empty ``DynamicCache`` for ``model`` (with its config: it knows sliding-window layers)."""
+    """An empty ``DynamicCache`` for ``model`` (with its config: it knows sliding-window layers).
+
+    Raises:
+        ValueError: a layer that keeps no per-token keys and values the decoder could select and
+            crop row by row (e.g. linear attention's recurrent state).
+    """
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
     try:
-        return DynamicCache(config=model.config)
+        cache = DynamicCache(config=model.config)
     except TypeError:  # transformers < 4.56 (untested here)
         return DynamicCache()
+    kinds = sorted({type(layer).__name__ for layer in cache.layers
+                    if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer)})
+    if kinds:
+        raise ValueError(f"the decoder rolls the KV cache back to the accepted tokens of each round, which it can do "
+                         f"for full-attention and sliding-window layers, but {type(model).__name__} has "
+                         f"{', '.join(kinds)} layers; use a model of another architecture")
+    return cache
 
 
 def _static_cache(model, max_length: int):

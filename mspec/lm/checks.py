@@ -4,6 +4,8 @@ names it and what it must be."""
 from __future__ import annotations
 
 import numbers
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -32,7 +34,7 @@ def _check_settings(prompt_ids, draft_model, target_model, *, scheme, num_drafts
                     target_temperature, top_k, top_p, max_new_tokens, eos_token_id, scheme_params,
                     tokenizer) -> _Settings:
     """Check the arguments of :func:`~mspec.lm.decoding.speculative_generate` (same names),
-    and gather them.
+    and gather them; warn when the draft is the target at the target's temperature.
 
     Raises:
         ValueError: naming the first bad argument and what it must be.
@@ -46,14 +48,34 @@ def _check_settings(prompt_ids, draft_model, target_model, *, scheme, num_drafts
     big_l = _check_int(draft_length, "draft_length", "the number of drafted tokens L per round")
     temps = _check_draft_temperatures(draft_temperatures, k)
     _check_temperature(target_temperature, "target_temperature")
-    prompt = _check_prompt(prompt_ids, tokenizer)
     max_new = _check_int(max_new_tokens, "max_new_tokens", "the number of tokens to generate")
-    eos = _check_eos(eos_token_id)
+    eos = _check_eos(eos_token_id, target_model, tokenizer)
+    prompt = _check_prompt(prompt_ids, tokenizer, _vocab_size(target_model))
     _check_models(draft_model, target_model, len(prompt) + max_new + big_l - 1)
+    _check_identical(scheme, temps, _vocab_size(target_model))
     sampling = dict(top_k=top_k, top_p=top_p)
     distribution_from_logits(torch.zeros(1), temperature=1.0, **sampling)  # validates top_k / top_p
+    if draft_model is target_model and all(t == target_temperature for t in temps):
+        warnings.warn(f"draft_model is target_model and every draft temperature equals target_temperature "
+                      f"({target_temperature}): every drafted token is accepted, so the run measures nothing; "
+                      "pass a smaller draft (e.g. mspec.lm.models.early_exit_model(target, n)) or other "
+                      "draft_temperatures", UserWarning, stacklevel=3)
     return _Settings(scheme, dict(scheme_params or {}), k, big_l, temps, target_temperature, sampling, prompt,
                      max_new, eos)
+
+
+def _check_identical(scheme, temps: list[float], vocab: int) -> None:
+    """Refuse per-draft temperatures for a scheme that needs identical drafts, naming the schemes
+    that take them at this vocabulary size (the LP schemes solve over V^K tuples: small V only)."""
+    from mspec.schemes import registry
+    from mspec.schemes.lp import MAX_LP_VARIABLES
+
+    if scheme is None or len(set(temps)) == 1 or registry.SCHEMES[scheme].supports_non_identical:
+        return
+    lp = ["optimal-lp", "canonical"] if vocab ** (len(temps) + 1) <= MAX_LP_VARIABLES else []
+    raise ValueError(f"scheme={scheme!r} needs identical drafts, but draft_temperatures={temps} gives each draft "
+                     f"its own law; pass one draft temperature, or a scheme for non-identical drafts at V = "
+                     f"{vocab}: {', '.join(map(repr, ['specinfer', 'is', 'is-paper'] + lp))} (or verify='traversal')")
 
 
 def _check_compilable(draft_model, draft_cache: str) -> None:
@@ -101,33 +123,71 @@ def _check_draft_temperatures(value, k: int) -> list[float]:
     return [_check_temperature(t, "draft_temperatures") for t in temps]
 
 
-def _check_prompt(prompt_ids, tokenizer) -> list[int]:
+def _check_prompt(prompt_ids, tokenizer, vocab: int | None = None) -> list[int]:
+    """The prompt as a list of ids: from ids ``(n,)`` / ``(1, n)``, a string (with ``tokenizer``) or a
+    mapping such as a ``BatchEncoding`` (``input_ids`` ``(1, n)``, optional ``attention_mask``, whose
+    left padding is dropped); each id in ``[0, vocab)``."""
     if isinstance(prompt_ids, str):
         if tokenizer is None:
             raise ValueError("`prompt_ids` is a string: pass `tokenizer=` or token ids")
         prompt_ids = tokenizer(prompt_ids)["input_ids"]
-    if isinstance(prompt_ids, torch.Tensor):
-        if prompt_ids.dim() == 2 and prompt_ids.shape[0] == 1:
-            prompt_ids = prompt_ids[0]
-        if prompt_ids.dim() != 1:
-            raise ValueError(
-                f"`prompt_ids` must have shape (n,) or (1, n) (one prompt), got {tuple(prompt_ids.shape)}"
-            )
-        prompt_ids = prompt_ids.tolist()
-    ids = list(prompt_ids)
+    mask = None
+    if isinstance(prompt_ids, Mapping):  # a BatchEncoding or a dict
+        if "input_ids" not in prompt_ids:
+            raise ValueError(f"`prompt_ids` is a mapping without 'input_ids' (keys: {list(prompt_ids)})")
+        mask = prompt_ids.get("attention_mask")
+        prompt_ids = prompt_ids["input_ids"]
+    ids = _one_row(prompt_ids, "prompt_ids")
+    if mask is not None:
+        mask = _one_row(mask, "attention_mask")
+        if len(mask) != len(ids) or any(m not in (0, 1) for m in mask) or mask != sorted(mask):
+            raise ValueError("`attention_mask` must be 0s then 1s as long as `input_ids` (a left-padded prompt), "
+                             f"got {mask}; pass the prompt's ids without padding")
+        ids = ids[mask.count(0):]
     if not ids:
         raise ValueError("`prompt_ids` is empty; pass at least one token (e.g. the BOS token)")
     if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) and t >= 0 for t in ids):
         raise ValueError("`prompt_ids` must hold non-negative integer token ids")
+    if vocab is not None and max(ids) >= vocab:
+        raise ValueError(f"`prompt_ids` holds token id {max(ids)}, but the models have V = {vocab} ids "
+                         f"(0..{vocab - 1}); tokenize the prompt with the models' tokenizer")
     return [int(t) for t in ids]
 
 
-def _check_eos(eos_token_id) -> frozenset[int]:
+def _one_row(value, name: str) -> list:
+    """``value`` (a list, tensor or array of shape ``(n,)`` or ``(1, n)``) as one list of ``n`` items."""
+    rows = value.tolist() if hasattr(value, "tolist") else list(value)
+    if not isinstance(rows, list):
+        raise ValueError(f"`{name}` must have shape (n,) or (1, n) (one prompt), got {value!r}")
+    if rows and all(isinstance(row, (list, tuple)) for row in rows):
+        if len(rows) != 1:
+            raise ValueError(f"`{name}` holds a batch of {len(rows)} prompts; the decoder takes one prompt at a "
+                             "time (as transformers' assisted generation): call it once per prompt")
+        rows = list(rows[0])
+    return rows
+
+
+def _check_eos(eos_token_id, model=None, tokenizer=None) -> frozenset[int]:
+    """The ids that end generation. ``None``: the target's ``generation_config.eos_token_id`` (an id
+    or a list) and ``tokenizer.eos_token_id``, as many as are set; ``False`` or ``[]``: none."""
     if eos_token_id is None:
+        found = [getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+                 getattr(tokenizer, "eos_token_id", None)]
+        eos_token_id = [t for x in found if x is not None for t in (x if isinstance(x, (list, tuple)) else [x])]
+    if eos_token_id is False:
         return frozenset()
-    if isinstance(eos_token_id, numbers.Integral):
-        return frozenset([int(eos_token_id)])
-    return frozenset(int(t) for t in eos_token_id)
+    eos_token_id = eos_token_id.tolist() if hasattr(eos_token_id, "tolist") else eos_token_id  # a tensor
+    ids = [eos_token_id] if isinstance(eos_token_id, (numbers.Integral, str)) else eos_token_id
+    try:
+        ids = list(ids)
+    except TypeError:
+        ids = [eos_token_id]
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0:
+            fix = (f"pass tokenizer.convert_tokens_to_ids({t!r}), or pass `tokenizer=` and leave eos_token_id out"
+                   if isinstance(t, str) else "pass an id, a list of ids, or False (no end-of-sequence)")
+            raise ValueError(f"`eos_token_id` must be token ids (integers >= 0), got {eos_token_id!r}: {fix}")
+    return frozenset(int(t) for t in ids)
 
 
 def _vocab_size(model) -> int:

@@ -120,7 +120,7 @@ VERIFICATIONS = tuple(ROUND_RULES)
 NUMPY_SEED_BOUND = 2**62
 
 
-# long: the docstring documents each of the 20 arguments; the body is a few calls
+# long: the docstring documents each of the 21 arguments; the body is a few calls
 def speculative_generate(
     prompt_ids,
     *,
@@ -134,7 +134,7 @@ def speculative_generate(
     top_k: int | None = None,
     top_p: float | None = None,
     max_new_tokens: int = 64,
-    eos_token_id: int | Sequence[int] | None = None,
+    eos_token_id: int | Sequence[int] | bool | None = None,
     generator: torch.Generator | int | None = None,
     scheme_params: dict | None = None,
     draft_cache: str = "dynamic",
@@ -142,6 +142,7 @@ def speculative_generate(
     verify: str = "per-position",
     tokenizer=None,
     on_round=None,
+    streamer=None,
 ) -> GenerationResult:
     """Sample a continuation of ``prompt_ids`` from ``target_model`` with K drafts per round.
 
@@ -149,8 +150,10 @@ def speculative_generate(
     ``target_temperature`` / ``top_k`` / ``top_p`` (see the module docstring).
 
     Args:
-        prompt_ids: token ids, a list or a tensor of shape ``(n,)`` or ``(1, n)``, n >= 1;
-            or a string when ``tokenizer`` is given.
+        prompt_ids: one prompt: token ids, a list or a tensor of shape ``(n,)`` or ``(1, n)``, n >= 1;
+            a ``BatchEncoding`` or dict (``tokenizer(text, return_tensors="pt")``: ``input_ids``
+            ``(1, n)`` and an optional ``attention_mask`` of 0s then 1s, whose left padding is
+            dropped); or a string when ``tokenizer`` is given. A batch of prompts is an error.
         draft_model: causal LM (``transformers`` model in eval mode) that drafts.
         target_model: causal LM whose distribution is sampled; same vocabulary.
         scheme: token-level selection scheme, a key of :data:`mspec.schemes.registry.SCHEMES`,
@@ -165,7 +168,10 @@ def speculative_generate(
         top_k: keep the ``top_k`` most likely tokens, for draft and target alike.
         top_p: nucleus sampling threshold in (0, 1], for draft and target alike.
         max_new_tokens: stop after this many generated tokens (>= 1).
-        eos_token_id: stop after emitting this token (or any of these tokens).
+        eos_token_id: stop after emitting this token (or any of these tokens). ``None`` (the
+            default) stops at the target's ``generation_config.eos_token_id`` (an id or a list)
+            and ``tokenizer.eos_token_id``, as ``generate`` does; ``False`` (or ``[]``) never
+            stops early: every call runs ``max_new_tokens``.
         generator: ``torch.Generator`` (or an int seed) for all randomness: drafting uses
             it directly, the selection scheme uses a numpy Generator seeded from it.
             ``None`` seeds a fresh generator from the OS. An int seed or ``None`` creates the
@@ -196,13 +202,22 @@ def speculative_generate(
             each round's target pass with the round's drafted ids ``(K, L)``, draft
             distributions ``(K, L, V)`` and target distributions ``(K, L + 1, V)`` (torch
             tensors; e.g. for :func:`expected_round_tokens`). It must not change them.
+        streamer: optional, with transformers' streamer protocol (``transformers.TextStreamer``):
+            ``put`` gets the prompt ``(1, n)`` once, then each round's emitted tokens ``(1, m)``
+            as they are accepted; ``end()`` follows the last.
 
     Returns:
         :class:`GenerationResult` with the generated ids and per-round records.
 
     Raises:
-        ValueError: bad K, L, prompt, temperature, vocabularies, scheme name, draft cache
-            (``compile_draft`` without a static cache or a CUDA draft) or ``verify``.
+        ValueError: before any model call: bad K, L, prompt (ids outside ``[0, V)``, a batch,
+            a mask that is not left padding), eos, temperature, vocabularies, scheme name (or one
+            that needs identical drafts, with per-draft temperatures), draft cache
+            (``compile_draft`` without a static cache or a CUDA draft), cache layers the decoder
+            cannot roll back, or ``verify``.
+
+    Warns:
+        UserWarning: the draft model is the target at the target's temperature (all accepted).
     """
     settings = _check_settings(
         prompt_ids, draft_model, target_model, scheme=scheme, num_drafts=num_drafts, draft_length=draft_length,
@@ -215,7 +230,8 @@ def speculative_generate(
     rng = np.random.default_rng(int(torch.randint(0, NUMPY_SEED_BOUND, (1,), generator=gen, device=gen.device)))
     devices = _cuda_devices(draft_model, target_model)  # every clock reading waits for all of them
     start = _clock(devices)
-    decoder = _Decoder(cached_draft, _CachedModel(target_model), settings, gen, rule, rng, on_round, devices)
+    decoder = _Decoder(cached_draft, _CachedModel(target_model), settings, gen, rule, rng, on_round, devices,
+                       streamer)
     with torch.inference_mode():
         seq, rounds, prefill_time = decoder.generate(start)
     method = getattr(rule, "scheme", None) or rule.name
@@ -258,10 +274,11 @@ class _Decoder:
     """The rounds of one :func:`speculative_generate` call, after its arguments are checked."""
 
     def __init__(self, draft_model: _CachedModel, target_model: _CachedModel, settings: _Settings,
-                 gen: torch.Generator, rule: RoundRule, rng: np.random.Generator, on_round, devices):
+                 gen: torch.Generator, rule: RoundRule, rng: np.random.Generator, on_round, devices,
+                 streamer=None):
         self.draft_model, self.target_model = draft_model, target_model
         self.settings, self.gen, self.on_round, self.devices = settings, gen, on_round, devices
-        self.rule, self.rng = rule, rng
+        self.rule, self.rng, self.streamer = rule, rng, streamer  # streamer: put(ids), end()
 
     def generate(self, start: float) -> tuple[list[int], list[RoundRecord], float]:
         """Prefill, then run rounds until EOS or ``max_new_tokens``.
@@ -274,6 +291,7 @@ class _Decoder:
             and the seconds from ``start`` to the end of the prefill.
         """
         seq = list(self.settings.prompt)  # prompt + emitted tokens
+        self._stream(seq)  # the prompt first, as `generate` streams it
         # prefill: the caches hold every token but the last; a round feeds the rest
         for model in (self.draft_model, self.target_model):
             if len(seq) > 1:
@@ -287,10 +305,18 @@ class _Decoder:
             # emitted prefix (the tokens already emitted do not depend on what follows)
             emitted, done = _truncate(out, generated, self.settings.max_new, self.settings.eos)
             seq.extend(emitted)
+            self._stream(emitted)
             record.emitted = len(emitted)
             rounds.append(record)
             if done:
+                if self.streamer is not None:
+                    self.streamer.end()
                 return seq, rounds, prefill_time
+
+    def _stream(self, ids: list[int]) -> None:
+        """Hand ``ids`` to the streamer as a ``(1, len(ids))`` tensor (on the CPU, as ``generate``)."""
+        if self.streamer is not None:
+            self.streamer.put(torch.tensor([ids]))
 
     def round(self, seq: list[int]) -> tuple[list[int], RoundRecord]:
         """One round: draft, score, select, keep the caches of a surviving draft.
@@ -412,7 +438,7 @@ def autoregressive_generate(
     top_k: int | None = None,
     top_p: float | None = None,
     max_new_tokens: int = 64,
-    eos_token_id: int | Sequence[int] | None = None,
+    eos_token_id: int | Sequence[int] | bool | None = None,
     generator: torch.Generator | int | None = None,
     tokenizer=None,
 ) -> GenerationResult:
@@ -424,7 +450,8 @@ def autoregressive_generate(
         temperature: > 0.
         top_k, top_p: as in :func:`speculative_generate`.
         max_new_tokens: >= 1.
-        eos_token_id: stop after emitting this token (or any of these tokens).
+        eos_token_id: as in :func:`speculative_generate` (``None``: the target's and the
+            tokenizer's eos; ``False``: none).
         generator: ``torch.Generator``, int seed, or ``None`` (then created on the target
             model's device, as in :func:`speculative_generate`).
         tokenizer: optional, for ``GenerationResult.text``.
@@ -433,9 +460,9 @@ def autoregressive_generate(
         :class:`GenerationResult` with one round per token (block efficiency 1).
     """
     _check_temperature(temperature, "temperature")
-    prompt = _check_prompt(prompt_ids, tokenizer)
+    prompt = _check_prompt(prompt_ids, tokenizer, _vocab_size(target_model))
     max_new = _check_int(max_new_tokens, "max_new_tokens", "the number of tokens to generate")
-    eos = _check_eos(eos_token_id)
+    eos = _check_eos(eos_token_id, target_model, tokenizer)
     _check_models(None, target_model, len(prompt) + max_new - 1)
     gen = _check_generator(generator, _model_device(target_model))
     distribution_from_logits(torch.zeros(1), temperature=1.0, top_k=top_k, top_p=top_p)
