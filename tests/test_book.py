@@ -84,6 +84,8 @@ def toc_pages() -> list[str]:
 
 
 PAGES = toc_pages()
+#: pages with no formula, on which Sphinx loads no MathJax
+PAGES_WITHOUT_MATH = {"book/references"}
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
@@ -427,10 +429,20 @@ def test_page_renders_offline(site, browser, page):
     from selenium.webdriver.common.by import By
 
     browser.get_log("browser")  # drop entries from earlier pages
-    _load(browser, f"{site}/{page}.html")
+    if page in PAGES_WITHOUT_MATH:
+        browser.get(f"{site}/{page}.html")
+    else:
+        _load(browser, f"{site}/{page}.html")
     name = page.replace("/", "__")
 
     # math: MathJax (served from _static) typeset every formula
+    if page in PAGES_WITHOUT_MATH:  # the bibliography: Sphinx loads no MathJax there
+        assert not browser.find_elements(By.CSS_SELECTOR, ".math"), "math on a page without MathJax"
+        assert browser.find_elements(By.CSS_SELECTOR, "article.bd-article h1"), "the page has no title"
+        _shot(browser, name)
+        severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert not severe, "browser console errors:\n" + json.dumps(severe, indent=1)
+        return
     assert "_static/mathjax/tex-chtml.js" in browser.page_source, "MathJax is not served locally"
     n_math = browser.execute_script("return document.querySelectorAll('mjx-container').length")
     n_source = browser.execute_script(
