@@ -199,24 +199,6 @@ def test_sample_index_and_acceptance_flag():
     assert np.mean([h.accepted for h in hits]) == pytest.approx(accept, abs=0.015)
 
 
-@pytest.mark.parametrize(
-    "params, match",
-    [
-        (dict(s=0), "`s`"),
-        (dict(s=-2), "`s`"),
-        (dict(s=2.5), "`s`"),
-        (dict(s=True), "`s`"),
-        (dict(alphabet=0), "`alphabet`"),
-        (dict(alphabet="40"), "`alphabet`"),
-        (dict(s=6, alphabet=4), "`alphabet`"),
-    ],
-)
-def test_bad_parameters(params, match):
-    draft = np.full(10, 0.1)
-    with pytest.raises(ValueError, match=match):
-        ImportanceSampling(draft=draft, target=draft, num_drafts=2, **params)
-
-
 def test_registry_and_large_s_clipped():
     rule = mspec.make_scheme("is", draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2, s=100, alphabet=500)
     assert isinstance(rule, ImportanceSampling) and (rule.s, rule.alphabet) == (2, 2)

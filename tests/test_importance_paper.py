@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import mspec
 from mspec.schemes.closed_form import optimal_acceptance
 from mspec.schemes.exact import output_distribution
+from mspec.schemes.importance import ImportanceSampling
 from mspec.schemes.importance_paper import PaperImportanceSampling
 from mspec.schemes.selection import residual
 from sampling import assert_exact_law, chi2_pvalue, expected_accept_probability, sample_counts
@@ -276,10 +277,12 @@ def test_samples_use_only_the_generator_and_report_the_first_holder():
         (dict(s=6, alphabet=4), "raise `alphabet` or lower `s`"),
     ],
 )
-def test_bad_parameters(params, match):
+@pytest.mark.parametrize("scheme", [PaperImportanceSampling, ImportanceSampling])
+def test_bad_parameters(scheme, params, match):
+    """Both IS schemes share the size checks (``PairwiseStages``): one test for both."""
     draft = np.full(10, 0.1)
     with pytest.raises(ValueError, match=match):
-        PaperImportanceSampling(draft=draft, target=draft, num_drafts=2, **params)
+        scheme(draft=draft, target=draft, num_drafts=2, **params)
 
 
 def test_bad_distributions_are_value_errors():
