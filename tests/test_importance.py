@@ -51,18 +51,6 @@ def test_lossless_on_random_small_cases():
         assert rule.acceptance() <= brute_force_acceptance(draft=draft, target=target, num_drafts=k) + 1e-12
 
 
-@pytest.mark.parametrize("identical", [True, False])
-def test_s_at_least_vocab_is_optimal_for_two_drafts(identical):
-    rng = np.random.default_rng(41 + identical)
-    for _ in range(100):
-        vocab = int(rng.integers(1, 7))
-        draft, target = random_case(rng, vocab=vocab, num_drafts=2, identical=identical)
-        rule = ImportanceSampling(draft=draft, target=target, num_drafts=2, s=vocab + 3)
-        assert rule.acceptance() == pytest.approx(
-            brute_force_acceptance(draft=draft, target=target, num_drafts=2), abs=1e-9
-        )
-
-
 def lp_value(l1, l2, q_l, base, w):
     """sum_L min(q, p_I) of the LP tokens under weights ``w`` (the LP's objective)."""
     coef = l1[:, None] * l2[None, :] * w  # mass moved to y from the pair (y, z)

@@ -214,13 +214,16 @@ def test_wide_logits_and_sixteen_drafts():
 
 
 # --- (f) the full LP when every pair is an LP pair; (g) p == q ------------------------------------
+@pytest.mark.parametrize("scheme", [PaperImportanceSampling, ImportanceSampling])
 @pytest.mark.parametrize("identical", [True, False])
-def test_s_at_least_vocab_is_the_lp_optimum_for_two_drafts(identical):
+def test_s_at_least_vocab_is_the_lp_optimum_for_two_drafts(scheme, identical):
+    """Both IS schemes: with every pair an LP pair the stage is the full canonical LP."""
     rng = np.random.default_rng(55 + identical)
     for _ in range(40):
         vocab = int(rng.integers(1, 6))
         draft, target = random_case(rng, vocab=vocab, num_drafts=2, identical=identical)
-        rule = build(draft, target, 2, s=vocab, alphabet=vocab + 2)
+        rule = scheme(draft=draft, target=target, num_drafts=2 if draft.ndim == 1 else None,
+                      s=vocab, alphabet=vocab + 2)
         best = mspec.OptimalLP(draft=draft, target=target, num_drafts=2).acceptance()
         assert rule.acceptance() == pytest.approx(best, abs=1e-8)
 
