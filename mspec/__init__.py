@@ -6,7 +6,9 @@ The paper writes the draft distribution as ``p`` and the target as ``q``; every 
 function here takes them as ``draft=`` and ``target=``.
 
 Token level (numpy/scipy) is imported here; the sequence level (torch + transformers)
-lives in :mod:`mspec.lm.models` and :mod:`mspec.lm.decoding`, imported explicitly so ``import mspec`` stays light.
+lives in :mod:`mspec.lm.models`, :mod:`mspec.lm.decoding` and :mod:`mspec.lm.custom_generate`
+(``mspec.multi_draft_sampling``, for ``generate(custom_generate=...)``), imported on first use so
+``import mspec`` stays light.
 """
 
 from mspec.schemes.canonical import CanonicalScheme, solve_canonical_lp
@@ -35,6 +37,7 @@ _LAZY = {
     "generate_with_baselines": "mspec.lm.decoding",
     "expected_round_tokens": "mspec.lm.decoding",
     "GenerationResult": "mspec.lm.decoding",
+    "multi_draft_sampling": "mspec.lm.custom_generate",
     "make_pair": "mspec.lm.models",
     "ModelPair": "mspec.lm.models",
 }

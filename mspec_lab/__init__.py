@@ -8,6 +8,7 @@ What the book and the project's claims are measured with, kept out of the algori
 * :mod:`~mspec_lab.models`: model pairs by name (presets, hub and GGUF loading, GPU planning).
 * :mod:`~mspec_lab.data`: prompts of the paper's datasets (local samples, the hub, or a
   built-in few).
+* :mod:`~mspec_lab.display`: the book's plotly output (one renderer, precomputed sliders).
 * :mod:`~mspec_lab.metrics`: output-quality metrics (ROUGE-L, BLEU).
 * ``mspec_lab.cli``: the command line, ``python -m mspec_lab <command>`` (or
   ``mspec-lab <command>``).

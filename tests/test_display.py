@@ -1,9 +1,9 @@
-"""The book's figure helpers (mspec.plots.display): plotly figures with precomputed sliders."""
+"""The book's figure helpers (mspec_lab.display): plotly figures with precomputed sliders."""
 
 import plotly.graph_objects as go
 import pytest
 
-from mspec.plots.display import with_two_precomputed_sliders
+from mspec_lab.display import with_two_precomputed_sliders
 
 
 def _figure(a, b):
@@ -52,7 +52,7 @@ def test_two_sliders_reject_bad_input():
 
 
 def test_website_layout_gives_title_and_legend_their_own_bands():
-    from mspec.plots.display import LEGEND_ROW_PX, LEGEND_ROWS, TITLE_BAND_PX, website_layout
+    from mspec_lab.display import LEGEND_ROW_PX, LEGEND_ROWS, TITLE_BAND_PX, website_layout
 
     above = go.Figure(go.Bar(y=[1, 2], name="a"), layout=dict(
         title="t", height=400, margin=dict(t=60),

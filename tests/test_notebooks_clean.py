@@ -82,7 +82,7 @@ def test_changing_the_url_is_one_line_and_one_command(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
-# helpers that notebooks share live once, in mspec/plots/display.py
+# helpers that notebooks share live once, in mspec_lab/display.py
 
 
 def _functions(path):
@@ -105,22 +105,22 @@ def _functions(path):
 
 
 def test_no_helper_is_copied_between_notebooks():
-    import mspec.plots.display
+    import mspec_lab.display
 
     seen = {}
     for path in NOTEBOOKS:
         for name, body in _functions(path).items():
-            assert name not in mspec.plots.display.__all__, \
-                f"{path.name} redefines mspec.plots.display.{name}: import it instead"
+            assert name not in mspec_lab.display.__all__, \
+                f"{path.name} redefines mspec_lab.display.{name}: import it instead"
             assert (name, body) not in seen, \
-                f"{name} is defined in both {seen[name, body]} and {path.name}: move it to mspec/plots/display.py"
+                f"{name} is defined in both {seen[name, body]} and {path.name}: move it to mspec_lab/display.py"
             seen[name, body] = path.name
 
 
 def test_with_precomputed_slider():
     import plotly.graph_objects as go
 
-    from mspec.plots.display import with_precomputed_slider
+    from mspec_lab.display import with_precomputed_slider
 
     def make(v):
         fig = go.Figure([go.Bar(x=["a", "b"], y=[v, 1 - v]),

@@ -223,20 +223,33 @@ def speculative_generate(
         prompt_ids, draft_model, target_model, scheme=scheme, num_drafts=num_drafts, draft_length=draft_length,
         draft_temperatures=draft_temperatures, target_temperature=target_temperature, top_k=top_k, top_p=top_p,
         max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, scheme_params=scheme_params, tokenizer=tokenizer)
+    gen = _check_generator(generator, _model_device(draft_model))
+    return _decode(settings, draft_model, target_model, gen, verify=verify, draft_cache=draft_cache,
+                   compile_draft=compile_draft, on_round=on_round, streamer=streamer, tokenizer=tokenizer)[0]
+
+
+def _decode(settings: _Settings, draft_model, target_model, gen: torch.Generator, *, verify: str, draft_cache: str,
+            compile_draft: bool = False, on_round=None, streamer=None, tokenizer=None, law=None,
+            stop=None) -> tuple[GenerationResult, list[int]]:
+    """Run the rounds of one call whose arguments are checked (:func:`speculative_generate`'s names;
+    ``law`` and ``stop`` as :class:`_Decoder` takes them).
+
+    Returns:
+        ``(result, seq)``: the :class:`GenerationResult` and the prompt followed by the output.
+    """
     rule = _round_rule(verify, settings)
     cached_draft = _cached_draft_model(draft_model, settings, draft_cache, compile_draft)
-    gen = _check_generator(generator, _model_device(draft_model))
     # the scheme's numpy Generator is seeded from `gen`, so one seed fixes the whole run
     rng = np.random.default_rng(int(torch.randint(0, NUMPY_SEED_BOUND, (1,), generator=gen, device=gen.device)))
     devices = _cuda_devices(draft_model, target_model)  # every clock reading waits for all of them
     start = _clock(devices)
     decoder = _Decoder(cached_draft, _CachedModel(target_model), settings, gen, rule, rng, on_round, devices,
-                       streamer)
+                       streamer, law, stop)
     with torch.inference_mode():
         seq, rounds, prefill_time = decoder.generate(start)
     method = getattr(rule, "scheme", None) or rule.name
     return _result(seq[len(settings.prompt) :], rounds, method, settings.num_drafts, settings.draft_length, start,
-                   prefill_time, tokenizer, devices)
+                   prefill_time, tokenizer, devices), seq
 
 
 def _cached_draft_model(draft_model, settings: _Settings, draft_cache: str, compile_draft: bool) -> _CachedModel:
@@ -275,13 +288,17 @@ class _Decoder:
 
     def __init__(self, draft_model: _CachedModel, target_model: _CachedModel, settings: _Settings,
                  gen: torch.Generator, rule: RoundRule, rng: np.random.Generator, on_round, devices,
-                 streamer=None):
+                 streamer=None, law=None, stop=None):
         self.draft_model, self.target_model = draft_model, target_model
         self.settings, self.gen, self.on_round, self.devices = settings, gen, on_round, devices
         self.rule, self.rng, self.streamer = rule, rng, streamer  # streamer: put(ids), end()
+        # law: logits -> the drafts' and the target's distributions; stop(seq, logits, scores):
+        # whether generation ends after seq's last token (its target logits and scores given)
+        self.law = law if law is not None else SamplingLaw(settings.target_temperature, settings.sampling)
+        self.stop = stop if stop is not None else _eos_or_length(settings)
 
     def generate(self, start: float) -> tuple[list[int], list[RoundRecord], float]:
-        """Prefill, then run rounds until EOS or ``max_new_tokens``.
+        """Prefill, then run rounds until ``self.stop`` says so.
 
         Args:
             start: the clock reading the call's wall time counts from.
@@ -299,14 +316,17 @@ class _Decoder:
         prefill_time = _clock(self.devices) - start
         rounds: list[RoundRecord] = []
         while True:
-            generated = len(seq) - len(self.settings.prompt)
-            out, record = self.round(seq)
-            # stop at EOS or max_new_tokens: truncating the final round keeps the law of the
-            # emitted prefix (the tokens already emitted do not depend on what follows)
-            emitted, done = _truncate(out, generated, self.settings.max_new, self.settings.eos)
-            seq.extend(emitted)
-            self._stream(emitted)
-            record.emitted = len(emitted)
+            out, record, logits, scores = self.round(seq)
+            # stop token by token: truncating the final round keeps the law of the emitted
+            # prefix (the tokens already emitted do not depend on what follows)
+            done, before = False, len(seq)
+            for t, y in enumerate(out):
+                seq.append(y)
+                if self.stop(seq, logits[t], scores[t]):
+                    done = True
+                    break
+            self._stream(seq[before:])
+            record.emitted = len(seq) - before
             rounds.append(record)
             if done:
                 if self.streamer is not None:
@@ -318,12 +338,13 @@ class _Decoder:
         if self.streamer is not None:
             self.streamer.put(torch.tensor([ids]))
 
-    def round(self, seq: list[int]) -> tuple[list[int], RoundRecord]:
+    def round(self, seq: list[int]) -> tuple[list[int], RoundRecord, torch.Tensor, torch.Tensor]:
         """One round: draft, score, select, keep the caches of a surviving draft.
 
         Returns:
-            ``(out, record)``: the round's output tokens (before truncation) and its record
-            (``emitted`` still 0).
+            ``(out, record, logits, scores)``: the round's output tokens (before truncation), its
+            record (``emitted`` still 0), and the target's logits and processed scores at the
+            positions of the kept row, ``(L + 1, V)`` each (``out[t]`` was drawn at position t).
         """
         s, clock = self.settings, lambda: _clock(self.devices)
         n = len(seq)
@@ -331,9 +352,9 @@ class _Decoder:
         self.draft_model.expand(s.num_drafts)
         self.target_model.expand(s.num_drafts)
         t1 = clock()
-        drafted, draft_probs = _draft(self.draft_model, seq, s.temps, s.draft_length, s.sampling, self.gen)
+        drafted, draft_probs = _draft(self.draft_model, seq, s.temps, s.draft_length, self.law, self.gen)
         t2 = clock()
-        target_probs = _score(self.target_model, seq, drafted, s.target_temperature, s.sampling)  # (K, L + 1, V)
+        logits, scores, target_probs = _score(self.target_model, seq, drafted, self.law)  # (K, L + 1, V) each
         t3 = clock()
         if self.on_round is not None:
             self.on_round(drafted, draft_probs, target_probs)
@@ -350,33 +371,51 @@ class _Decoder:
         return list(outcome.tokens), RoundRecord(
             list(outcome.alive_counts), accepted, row if accepted else None, accepted == s.draft_length, 0,
             draft_time=t2 - t1, target_time=t3 - t2, selection_time=t4 - t3, cache_time=(t1 - t0) + (t5 - t4),
-        )
+        ), logits[row], scores[row]
 
 
-def _truncate(out: list[int], generated: int, max_new: int, eos: frozenset[int]) -> tuple[list[int], bool]:
-    """The tokens of ``out`` to emit after ``generated`` tokens, and whether generation ends.
+class SamplingLaw:
+    """Temperature, then top-k and top-p: how :func:`speculative_generate` turns logits into
+    the drafts' and the target's distributions (:func:`~mspec.distributions.distribution_from_logits`).
+    :class:`mspec.lm.custom_generate.ProcessorLaw` is the same interface over transformers'
+    logits processors."""
 
-    Generation ends after an EOS token or once ``max_new`` tokens are out.
-    """
-    emitted = []
-    for y in out:
-        emitted.append(y)
-        if y in eos or generated + len(emitted) >= max_new:
-            return emitted, True
-    return emitted, False
+    needs_ids = False  # the distributions depend on the logits only, not on the token ids
+
+    def __init__(self, target_temperature: float, sampling: dict):
+        self.temperature, self.sampling = target_temperature, sampling
+
+    def draft(self, logits: torch.Tensor, temp_col: torch.Tensor, ids) -> torch.Tensor:
+        """The K drafts' distributions ``(K, V)`` from their logits ``(K, V)``, row i at temperature
+        ``temp_col[i, 0]``; ``ids`` ``(K, n)``, the rows' token ids, is not read."""
+        return distribution_from_logits(logits / temp_col, temperature=1.0, **self.sampling)
+
+    def target(self, logits: torch.Tensor, ids) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scores, probs)``, both ``(K, T, V)``, from the target's logits ``(K, T, V)``; the
+        scores are the logits divided by the temperature (``ids`` is not read)."""
+        return logits / self.temperature, distribution_from_logits(logits, temperature=self.temperature,
+                                                                    **self.sampling)
 
 
-def _draft(draft_model: _CachedModel, seq, temps, big_l, sampling, gen):
+def _eos_or_length(settings: _Settings):
+    """``stop(seq, logits, scores)`` of :func:`speculative_generate`: after an EOS token or once
+    ``max_new_tokens`` tokens follow the prompt."""
+    end = len(settings.prompt) + settings.max_new
+    return lambda seq, logits, scores: seq[-1] in settings.eos or len(seq) >= end
+
+
+def _draft(draft_model: _CachedModel, seq, temps, big_l, law, gen):
     """Draft L tokens in each of K rows (the cache is already expanded to K rows).
 
     Returns:
         ``(drafted, draft_probs)``: token ids ``(K, L)`` and the distributions they were
-        sampled from, ``(K, L, V)`` (row ``i`` at temperature ``temps[i]``).
+        sampled from, ``(K, L, V)`` (row ``i`` at temperature ``temps[i]``, through ``law``).
     """
     k = len(temps)
     temp_col = torch.tensor(temps, dtype=torch.float64, device=draft_model.device)[:, None]
     # the first step also feeds the tokens the cache lacks (one more after an all-accept round)
     inp = torch.tensor([seq[draft_model.length :]], device=draft_model.device).expand(k, -1)
+    ids = torch.tensor([seq], device=draft_model.device).expand(k, -1) if law.needs_ids else None
     # shared[i, r]: rows i and r have drafted the same tokens so far at the same temperature.
     # Such rows have the same distribution in exact arithmetic, but a batched forward pass
     # may differ in the last bits between rows; the selection treats them as identical
@@ -385,8 +424,7 @@ def _draft(draft_model: _CachedModel, seq, temps, big_l, sampling, gen):
     drafted, probs = [], []
     for j in range(big_l):
         logits = draft_model.forward(inp)[:, -1, :]  # (K, V)
-        # per-row temperature: divide first, then the shared top-k / top-p
-        p = distribution_from_logits(logits / temp_col, temperature=1.0, **sampling)
+        p = law.draft(logits, temp_col, ids)
         p = p.index_select(0, shared.to(torch.int8).argmax(dim=1))  # argmax: the first True
         x = torch.multinomial(p.to(gen.device), 1, generator=gen).to(draft_model.device)  # (K, 1)
         shared &= x == x.T
@@ -394,20 +432,25 @@ def _draft(draft_model: _CachedModel, seq, temps, big_l, sampling, gen):
         probs.append(p)
         if j + 1 < big_l:  # the last drafted token is never fed to the draft model
             inp = x
+            ids = torch.cat([ids, x], dim=1) if ids is not None else None
     return torch.cat(drafted, dim=1), torch.stack(probs, dim=1)
 
 
-def _score(target_model: _CachedModel, seq, drafted, temperature, sampling):
+def _score(target_model: _CachedModel, seq, drafted, law):
     """One target forward pass over K rows x (L + 1) positions.
 
     Returns:
-        ``(K, L + 1, V)``: the target distribution after the prefix and after each
-        drafted prefix of each row.
+        ``(logits, scores, probs)``, each ``(K, L + 1, V)``: the target's logits, its scores
+        and its distribution (``law.target``) after the prefix and after each drafted prefix
+        of each row.
     """
     k, big_l = drafted.shape
+    drafted = drafted.to(target_model.device)
     prefix = torch.tensor([seq[target_model.length :]], device=target_model.device).expand(k, -1)
-    logits = target_model.forward(torch.cat([prefix, drafted.to(target_model.device)], dim=1), last=big_l + 1)
-    return distribution_from_logits(logits, temperature=temperature, **sampling)
+    logits = target_model.forward(torch.cat([prefix, drafted], dim=1), last=big_l + 1)
+    ids = torch.cat([torch.tensor([seq], device=target_model.device).expand(k, -1), drafted], dim=1) \
+        if law.needs_ids else None
+    return (logits, *law.target(logits, ids))
 
 
 def expected_round_tokens(drafted, draft_probs, target_probs, *, scheme: str, draft_temperatures,

@@ -1,3 +1,2 @@
-"""Helpers of the book's figures: the curves of the paper's Figure 2
-(:mod:`~mspec.plots.figure2`) and plotly figures with precomputed sliders that work on a
-static website and on Colab (:mod:`~mspec.plots.display`)."""
+"""The curves of the paper's Figure 2 (:mod:`~mspec.plots.figure2`), drawn in chapter 5; the
+book's plotly output lives in the workshop (:mod:`mspec_lab.display`)."""
