@@ -4,7 +4,9 @@ Command-line options live here and nowhere else. Each :class:`Command` adds its 
 to an ``argparse`` parser, says which optional packages it needs, and turns the parsed
 options into a call of a plain function: the speed benchmarks of :mod:`mspec_lab.bench` and
 the paper's experiments of :mod:`mspec_lab.experiments`, which notebooks call directly.
-Options left out keep the settings' own defaults (``--quick``: their quick ones).
+Options left out keep the settings' own defaults (``--quick``: their quick ones). A run with
+``--quick`` is a smoke test of the pipeline: its first line says so, and so do its reports
+(under every table) and the files it writes (``"smoke_test": true``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from mspec_lab.experiments import live_decoding as dec
 from mspec_lab.experiments import paired_schemes as rounds
 from mspec_lab.experiments import paper
 from mspec_lab.experiments.inputs import DATA_SOURCES, DATASETS
+from mspec_lab.experiments.report import SMOKE_TEST_BANNER
 from mspec_lab.synthetic import OPT_VOCAB_SIZE
 from mspec_lab.bench.speed_optimal import OptimalSpeedSettings
 
@@ -49,6 +52,12 @@ class Command:
     run: Callable[[argparse.Namespace], int]
     packages: tuple[str, ...] = ()
     more_packages: Callable[[argparse.Namespace], tuple[str, ...]] = lambda args: ()
+
+
+def _smoke_first_line(args) -> None:
+    """Under ``--quick``, the command's first line: a smoke test of the pipeline, not results."""
+    if args.quick:
+        print(SMOKE_TEST_BANNER)
 
 
 def _quick_help(what: str, full, quick) -> str:
@@ -130,7 +139,8 @@ def _gpu_arguments(parser) -> None:
     from mspec_lab.bench.speed_gpu import DEFAULT_TARGETS, GPU_RUN, DRY_RUN, PROJECTED_SCHEMES
 
     parser.add_argument("--dry-run", action="store_true",
-                        help="tiny random models on the CPU, seconds (automatic without CUDA); nothing is judged")
+                        help="a smoke test of the script, not results: tiny random models on the CPU, seconds "
+                             "(automatic without CUDA); nothing is judged")
     parser.add_argument("--weights", choices=["auto", "hub", "random"], default="auto",
                         help="real checkpoints from the hub, or random weights of the real shapes "
                              "(default auto: the hub when reachable)")
@@ -173,7 +183,8 @@ def _common_arguments(parser, *, datasets: bool = True) -> None:
     parser.add_argument("--preset", default=DEFAULT_PRESET, choices=PRESETS,
                         help=f"model pair (mspec_lab.models.load_pair; default {DEFAULT_PRESET!r}, offline)")
     parser.add_argument("--quick", action="store_true",
-                        help="small settings (fewer prompts, positions, tokens, seeds, grid points): minutes on a CPU")
+                        help="a smoke test of the pipeline, not results: small settings (fewer prompts, positions, "
+                             "tokens, seeds, grid points), minutes on a CPU")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}/)")
     parser.add_argument("--draft-temperature", type=float, default=None,
                         help=f"draft temperature where one is not swept (default {d.draft_temperature})")
@@ -195,9 +206,9 @@ def _common_arguments(parser, *, datasets: bool = True) -> None:
                         help="torch CPU threads (torch.set_num_threads); 1 helps on a busy machine")
 
 
-#: settings field -> option name (argparse dest) shared by every experiment
-COMMON_DESTS = {name: name for name in ("datasets", "draft_temperature", "target_temperature", "data_source",
-                                        "max_chars", "seed")}
+#: settings field -> option name (argparse dest) shared by every experiment (``--quick`` marks a smoke test)
+COMMON_DESTS = {**{name: name for name in ("datasets", "draft_temperature", "target_temperature", "data_source",
+                                           "max_chars", "seed")}, "smoke_test": "quick"}
 
 
 def _acceptance_arguments(parser) -> None:
@@ -283,6 +294,7 @@ def _sweep(args, compute, report) -> int:
     from mspec_lab.experiments.results import RowBudget, StopSweep
     from mspec_lab.models import load_pair
 
+    _smoke_first_line(args)
     if args.threads is not None:  # the command owns its process, so this is its own setting
         import torch
 
@@ -348,7 +360,9 @@ def _results_file_arguments(parser, name: str, temperature_help: str, seed: int)
                         help=f"model pair (mspec_lab.models.load_pair; default {DEFAULT_PRESET!r}, offline)")
     parser.add_argument("--out", default=PAPER_RUN_OUT,
                         help=f"folder of the results file {name} (default {PAPER_RUN_OUT}/, committed)")
-    parser.add_argument("--quick", action="store_true", help="small settings: a minute or two on a CPU")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke test of the pipeline, not results: small settings, a minute or two on a CPU; "
+                             "the results file says so (\"smoke_test\": true)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (torch.set_num_threads); the committed run used 1")
     parser.add_argument("--data-source", default=None, choices=DATA_SOURCES,
@@ -411,6 +425,7 @@ def _paper_run_command(args) -> str:
 def _paper_run(args) -> int:
     from mspec_lab.experiments import paper_run as pr
 
+    _smoke_first_line(args)
     if args.threads is not None:  # the command owns its process, so this is its own setting
         import torch
 
@@ -448,6 +463,7 @@ ROUND_RULES_DESTS = {name: name for name in ("datasets", "draft_temperature", "d
 def _round_rules(args) -> int:
     from mspec_lab.experiments import round_rules as rr
 
+    _smoke_first_line(args)
     if args.threads is not None:  # the command owns its process, so this is its own setting
         import torch
 

@@ -35,8 +35,9 @@ use them for timing only (the output says which weights ran). A target too large
 is skipped with the reason (:func:`mspec_lab.models.choose_opt_target`'s rule).
 
 **Dry run.** ``dry_run=True`` (automatic without CUDA) runs the same code on the CPU with two
-tiny random models, in seconds: it checks that the script works, its numbers mean nothing,
-and the goals are printed without being judged.
+tiny random models, in seconds: a smoke test of the script. Its numbers mean nothing, and
+the output says so first (:data:`DRY_RUN_BANNER`) and under every table; the goals are
+printed without being judged.
 
 **A cheaper draft step.** On a large GPU a decoding step of a model as small as OPT-125m
 is expected to be bound by kernel launches (a dozen layers of small kernels), not by
@@ -92,6 +93,11 @@ DRY_RUN_SHAPES = {
     "target": dict(vocab_size=512, hidden_size=64, word_embed_proj_dim=64, num_hidden_layers=4,
                    num_attention_heads=4, ffn_dim=128, max_position_embeddings=256),
 }
+#: the first line of a dry run, and the line under each of its tables
+DRY_RUN_BANNER = ("SMOKE TEST (dry run): two tiny random-weight models on the CPU check that the script runs end to "
+                  "end; its timings are not results and no goal is judged. Run on a CUDA GPU without --dry-run "
+                  "for results.")
+DRY_RUN_LINE = "SMOKE TEST (dry run): these numbers check the script; they are not results"
 RANDOM_NOTE = ("random weights: timing only -- their acceptance and block efficiency mean nothing "
                "(real checkpoints need the Hugging Face hub)")
 
@@ -142,6 +148,8 @@ def _settings(dry_run, drafts_k, draft_length, scheme, max_new_tokens, prompt_le
         torch.set_num_threads(threads or 1)
     given = {"max_new_tokens": max_new_tokens, "prompt_length": prompt_length, "repeats": repeats}
     sizes = {name: given[name] if given[name] is not None else (DRY_RUN if dry else GPU_RUN)[name] for name in given}
+    if dry:
+        print(DRY_RUN_BANNER)
     versions = check_environment(verbose=False)
     print("python -m mspec_lab gpu: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     return {"dry": dry, "dry_reason": "--dry-run" if dry_run else "no CUDA GPU found", "draft_length": draft_length,
@@ -431,17 +439,18 @@ def _report(label: str, m: dict, s: dict) -> None:
              "a static draft cache, uncompiled (compiling needs CUDA)" if s["dry"] else
              "a static draft cache, decoding steps compiled with CUDA graphs"),
          "BE = block efficiency, tokens per target call" + (" (meaningless with random weights)"
-                                                            if s["dry"] or "random" in label else "")])
+                                                            if s["dry"] or "random" in label else ""),
+         DRY_RUN_LINE if s["dry"] else ""])
     base = m["rates"]["autoregressive (mspec)"]
     body = [[method, f"{rate:.1f}", f"{rate / base:.2f}x"] for method, rate in m["rates"].items()]
     print_block(f"{label}: tokens per second (prefill included)",
                 format_table(["method", "tokens/s", "vs autoregressive"], body),
-                [f"autoregressive decoding: {_ms(m['t_ar'])} ms per token (t_AR)"])
-    projections = _print_projections(label, m, big_l)
+                [f"autoregressive decoding: {_ms(m['t_ar'])} ms per token (t_AR)", DRY_RUN_LINE if s["dry"] else ""])
+    projections = _print_projections(label, m, big_l, s["dry"])
     _print_goals(label, m, s, projections)
 
 
-def _print_projections(label: str, m: dict, big_l: int) -> dict:
+def _print_projections(label: str, m: dict, big_l: int, dry: bool = False) -> dict:
     """The projected speed-up for each row of the split at the paper's block efficiencies;
     returns ``(scheme, row) -> (block efficiency, speed-up)``."""
     body, projections = [], {}
@@ -460,7 +469,7 @@ def _print_projections(label: str, m: dict, big_l: int) -> dict:
         f"{label}: projected speed-up over autoregressive sampling at the paper's block efficiency",
         format_table(["K", "L*draft step + target + overhead ms", *PROJECTED_SCHEMES], body),
         [f"projected speed-up = BE * t_AR / (L * t_draft_step + t_target + overhead), BE from {paper.CITATION} "
-         f"Table 1 ({paper.PAIR}, Dolly; it has K = 2..6 only)"])
+         f"Table 1 ({paper.PAIR}, Dolly; it has K = 2..6 only)", DRY_RUN_LINE if dry else ""])
     return projections
 
 
@@ -482,7 +491,7 @@ def _print_goals(label: str, m: dict, s: dict, projections: dict) -> None:
             lines.append(f"a draft step at K={ks[-1]}{suffix} costs {growth:.1f}x one at K={ks[0]}{suffix}"
                          + ("; near 1x means launch-bound: see this module's docstring for CUDA graphs"
                             if growth < LAUNCH_BOUND_GROWTH and not s["dry"] else ""))
-    print_block(f"{label}: goals (judged on a GPU only)", "\n".join(lines))
+    print_block(f"{label}: goals (judged on a GPU only)", "\n".join(lines), [DRY_RUN_LINE if s["dry"] else ""])
 
 
 def _k1_checks(m: dict, s: dict, variant: str) -> list[tuple[bool, str]]:

@@ -41,7 +41,8 @@ import numpy as np
 from mspec_lab.experiments import paper
 from mspec_lab.experiments.inputs import (SharedSettings, DATASETS, checked_choices, derived_seed,
                      load_dataset_prompts, with_progress)
-from mspec_lab.experiments.report import ORDERING_NOTE, fmt, format_table, pair_label, print_block, write_html, write_json
+from mspec_lab.experiments.report import (ORDERING_NOTE, SMOKE_TEST_LINE, fmt, format_table, pair_label, print_block,
+                                          print_smoke_banner, smoke_test_fields, write_html, write_json)
 from mspec_lab.experiments.results import ResultTable, RowBudget, mean_se
 
 __all__ = ["AcceptanceRun", "AcceptanceSettings", "TABLE3_ROWS", "check_ordering", "collect_distributions",
@@ -342,7 +343,7 @@ def print_table3(stats: dict, run: AcceptanceRun, digits: int = 4) -> None:
             cells = [scheme]
             for k in drafts:
                 st = by_scheme[scheme][1 if scheme == "single" else k]
-                cells += [fmt(st["mean"], st["se"], digits),
+                cells += [fmt(st["mean"], st["se"], digits, n=st["n"]),
                           fmt(paper.paper_value(paper.TABLE3_ACCEPTANCE, dataset, scheme, k), digits=digits)]
             body.append(cells)
         n = by_scheme["optimal"][drafts[0]]["n"]
@@ -352,7 +353,7 @@ def print_table3(stats: dict, run: AcceptanceRun, digits: int = 4) -> None:
             [f"ours = {run.label}; paper = {paper.PAIR}, {paper.CITATION}",
              "single = one draft (K = 1), repeated in every column; the paper's table has no such row",
              "paper: no value for this dataset" if dataset not in paper.TABLE3_ACCEPTANCE else "",
-             ORDERING_NOTE],
+             ORDERING_NOTE], smoke_test=run.settings.smoke_test,
         )
 
 
@@ -363,28 +364,33 @@ def report_acceptance(run: AcceptanceRun, out: str | Path | None = None) -> dict
     Returns:
         ``{"stats": summarize(run), "goal_c": check_ordering(...)}``.
     """
-    stats = summarize(run)
+    stats, smoke = summarize(run), run.settings.smoke_test
     drafts = run.settings.drafts
+    print_smoke_banner(smoke)
     print(f"\nModel pair: {run.pair}")
     print_table3(stats, run)
     timing = [[s, *[f"{stats[d][s][1 if s == 'single' else k]['time_ms']:.2f}" for d in stats for k in drafts]]
               for s in TABLE3_ROWS]
     print_block(
         "Token-level compute per position (median ms; exact acceptance incl. building the scheme)",
-        format_table(["scheme", *[f"{d} K={k}" for d in stats for k in drafts]], timing),
+        format_table(["scheme", *[f"{d} K={k}" for d in stats for k in drafts]], timing), smoke_test=smoke,
     )
     checks = check_ordering(stats, drafts)
     print("\n== Goal (c): token-level acceptance optimal >= IS >= SpecTr, SpecInfer on real distributions")
     for dataset, k, ok, detail in checks:
         print(f"   {dataset:<6} K={k}: {'PASS' if ok else 'FAIL'}  ({detail})")
+    if smoke:
+        print(f"   {SMOKE_TEST_LINE}")
     if out is not None:
         out = Path(out)
         write_json(out / "acceptance.json", {
-            "model_pair": run.pair, "label": run.label, "settings": dataclasses.asdict(run.settings),
+            **smoke_test_fields(smoke), "model_pair": run.pair, "label": run.label,
+            "settings": dataclasses.asdict(run.settings),
             "stats": stats, "paper": paper.TABLE3_ACCEPTANCE,
             "goal_c": [{"dataset": d, "K": k, "pass": ok, "detail": det} for d, k, ok, det in checks],
         })
-        write_html(out / "acceptance.html", f"Token-level acceptance ({run.label})", [figure(stats, drafts, run.label)])
+        write_html(out / "acceptance.html", f"Token-level acceptance ({run.label})", [figure(stats, drafts, run.label)],
+                   smoke_test=smoke)
         print(f"\nwrote {out / 'acceptance.csv'}, {out / 'acceptance.json'}, {out / 'acceptance.html'}")
     return {"stats": stats, "goal_c": checks}
 

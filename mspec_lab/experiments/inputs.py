@@ -107,6 +107,8 @@ class SharedSettings:
         data_source: where prompts come from (:func:`mspec_lab.data.load_prompts`).
         max_chars: XSum documents are cut to this many characters.
         seed: base seed of the run.
+        smoke_test: the run is a smoke test of the pipeline (what :meth:`quick` makes): its
+            reports say that their numbers are not results. Not part of any row's key.
     """
 
     #: the small settings of :meth:`quick` (each experiment sets its own)
@@ -117,13 +119,15 @@ class SharedSettings:
     data_source: str = "auto"
     max_chars: int = 1000
     seed: int = 0
+    smoke_test: bool = False
 
     def __post_init__(self):
         checked_choices("data_source", self.data_source, DATA_SOURCES)
         for name in ("draft_temperature", "target_temperature"):  # 1 and 1.0 are one row key
             object.__setattr__(self, name, float(getattr(self, name)))
+        object.__setattr__(self, "smoke_test", bool(self.smoke_test))
 
     @classmethod
     def quick(cls, **changes):
-        """Small settings (the class's ``QUICK``), then ``changes``."""
-        return cls(**{**cls.QUICK, **changes})
+        """Small settings (the class's ``QUICK``), marked as a smoke test, then ``changes``."""
+        return cls(**{**cls.QUICK, "smoke_test": True, **changes})

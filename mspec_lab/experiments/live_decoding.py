@@ -39,7 +39,7 @@ from mspec_lab.experiments import paper
 from mspec_lab.experiments.inputs import (SharedSettings, DATASETS, Prompt, checked_choices, derived_seed,
                      load_dataset_prompts, with_progress)
 from mspec_lab.experiments.report import pair_label
-from mspec_lab.experiments.results import ResultTable, RowBudget, mean_se
+from mspec_lab.experiments.results import ResultTable, RowBudget, mean_se, ratio_se
 
 __all__ = ["AUTOREGRESSIVE", "DecodingRun", "DecodingSettings", "EXPERIMENTS", "NONIDENTICAL_SCHEMES",
            "generate_row", "run_decoding", "summarize"]
@@ -333,22 +333,35 @@ def improvement(rows, baseline_rows) -> dict:
     return {"mean": mean, "se": se, "n": n}
 
 
+def paired_ratio(rows, baseline_rows, field_name: str = "block_efficiency") -> dict:
+    """``mean(field) of rows / mean(field) of baseline_rows`` over the generations both have
+    (paired by dataset, prompt and seed), with its standard error (:func:`ratio_se`)."""
+    base = {(r["dataset"], r["prompt"], r["seed"]): float(r[field_name]) for r in baseline_rows}
+    pairs = [(float(r[field_name]), base[key]) for r in rows if (key := (r["dataset"], r["prompt"], r["seed"])) in base]
+    mean, se, n = ratio_se([a for a, _ in pairs], [b for _, b in pairs])
+    return {"mean": mean, "se": se, "n": n}
+
+
 def method_stats(rows, baseline_rows) -> dict:
     """Block efficiency, token rate, improvement over the baseline and quality of ``rows``."""
     return {"block_efficiency": stat(rows, "block_efficiency"), "tokens_per_s": stat(rows, "tokens_per_s"),
             "improvement_pct": improvement(rows, baseline_rows), "quality": stat(rows, "quality")}
 
 
-def alive_per_position(rows) -> list[float]:
+def alive_per_position(rows) -> list[dict]:
     """Mean number of drafts offered at each position of a round (over the rounds that reach
-    it), pooled over ``rows``."""
+    it, pooled over ``rows``): ``{"mean", "se", "n"}`` per position, the s.e. clustered by
+    generation (:func:`ratio_se`) and ``n`` the generations whose rounds reach it."""
     def as_list(value):
         return json.loads(value) if isinstance(value, str) else list(value)
 
-    alive = np.sum([as_list(r["alive"]) for r in rows], axis=0) if rows else np.zeros(0)
-    reached = np.sum([as_list(r["reached"]) for r in rows], axis=0) if rows else np.zeros(0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return [float(v) for v in alive / reached]
+    alive, reached = [as_list(r["alive"]) for r in rows], [as_list(r["reached"]) for r in rows]
+    out = []
+    for j in range(len(alive[0]) if alive else 0):
+        both = [(a[j], n[j]) for a, n in zip(alive, reached) if n[j] > 0]
+        mean, se, n = ratio_se([a for a, _ in both], [n for _, n in both])
+        out.append({"mean": mean, "se": se, "n": n})
+    return out
 
 
 def _drafts_stats(rows, s: DecodingSettings) -> dict:
@@ -392,7 +405,9 @@ def _topk_stats(rows, s: DecodingSettings) -> dict:
         out[top_k] = {"single": method_stats(single, single),
                       AUTOREGRESSIVE: method_stats(pick(d, method=AUTOREGRESSIVE), single)}
         for k in s.topk_drafts:
-            out[top_k][k] = {m: method_stats(pick(d, method=m, num_drafts=k), single) for m in paper.COMPARED_SCHEMES}
+            by = {m: pick(d, method=m, num_drafts=k) for m in paper.COMPARED_SCHEMES}
+            out[top_k][k] = {m: {**method_stats(rows_m, single), "over_is_paper": paired_ratio(rows_m, by["is-paper"])}
+                             for m, rows_m in by.items()}
     return out
 
 

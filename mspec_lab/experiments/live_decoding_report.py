@@ -2,7 +2,9 @@
 
 Every table is printed next to the paper's numbers where the paper has them, with the
 goals (a) selection < 10% of a target forward pass for K <= 4 and (b) multi-draft block
-efficiency > single-draft; :func:`report_decoding` prints them all.
+efficiency > single-draft; :func:`report_decoding` prints them all. Every number of ours is a
+mean ± s.e. over (prompt, seed) generations, and the line under each table says over how
+many (``n = 1``: no s.e., and the cell says so).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from pathlib import Path
 from mspec_lab.experiments import paper
 from mspec_lab.experiments.live_decoding import (AUTOREGRESSIVE, NONIDENTICAL_SCHEMES, TRUNCATION_ALPHABET, TRUNCATION_S, DecodingRun,
                             DecodingSettings, summarize)
-from mspec_lab.experiments.report import ORDERING_NOTE, fmt, format_table, print_block, write_html, write_json
+from mspec_lab.experiments.report import (ORDERING_NOTE, SMOKE_TEST_LINE, fmt, format_table, print_block,
+                                          print_smoke_banner, sample_note, smoke_test_fields, write_html, write_json)
 
 __all__ = ["check_goals", "print_table1", "report_decoding"]
 
@@ -26,17 +29,41 @@ SELECTION_GOAL_MAX_K = 4
 GENERATIONS_FOR_GOAL_B = 6
 
 
+def _stat(st: dict, digits: int = 2, scale: float = 1.0, unit: str = "") -> str:
+    """``st = {"mean", "se", "n"}`` as mean ± s.e. (times ``scale``, then ``unit``); ``"-"``
+    without samples."""
+    if st["n"] == 0:
+        return "-"
+    return fmt(scale * st["mean"], None if st["se"] is None else scale * st["se"], digits, n=st["n"], unit=unit)
+
+
 def _be(st) -> str:
-    return fmt(st["block_efficiency"]["mean"], st["block_efficiency"]["se"])
+    return _stat(st["block_efficiency"])
 
 
 def _pct(st) -> str:
-    imp = st["improvement_pct"]
-    return "-" if imp["n"] == 0 else fmt(imp["mean"], imp["se"], 1) + "%"
+    return _stat(st["improvement_pct"], 1, unit="%")
 
 
 def _q(st, digits=3) -> str:
-    return fmt(st["quality"]["mean"], st["quality"]["se"], digits)
+    return _stat(st["quality"], digits)
+
+
+def _sizes(obj) -> list[int]:
+    """The ``n`` of every ``{"mean", "se", "n"}`` inside the nested statistics ``obj`` (0: no
+    samples, left out)."""
+    if isinstance(obj, dict):
+        if {"mean", "se", "n"} <= set(obj):
+            return [obj["n"]] if obj["n"] else []
+        return [n for value in obj.values() for n in _sizes(value)]
+    if isinstance(obj, list):
+        return [n for value in obj for n in _sizes(value)]
+    return []
+
+
+def _n_note(stats) -> str:
+    """The line under a table: how many generations its means rest on."""
+    return sample_note(_sizes(stats), "generations", over="(prompt x seed)")
 
 
 def report_decoding(run: DecodingRun, out: str | Path | None = None) -> dict:
@@ -50,6 +77,7 @@ def report_decoding(run: DecodingRun, out: str | Path | None = None) -> dict:
     notes = [f"ours = {run.label}; paper = {paper.PAIR}, {paper.CITATION}", ORDERING_NOTE]
     swept = [f"ours = {run.swept_label} (temperatures as in the columns); paper = {paper.PAIR}, {paper.CITATION}",
              ORDERING_NOTE]
+    print_smoke_banner(s.smoke_test)
     print(f"\nModel pair: {run.pair}")
     print(f"Settings: L = {s.draft_length}, {s.prompts} prompt(s) x {s.seeds} seed(s) per dataset, "
           f"{s.max_new_tokens} new tokens, target temperature {s.target_temperature}; "
@@ -61,14 +89,16 @@ def report_decoding(run: DecodingRun, out: str | Path | None = None) -> dict:
     for name, print_experiment in printers.items():
         if name in stats:
             print_experiment(stats[name])
-    _print_timing(stats["timing"])
+    _print_timing(stats["timing"], s.smoke_test)
     goals = check_goals(stats, s)
-    _print_goals(goals, run.preset)
+    _print_goals(goals, run.preset, s.smoke_test)
     if out is not None:
         out = Path(out)
-        write_json(out / "decoding.json", {"model_pair": run.pair, "label": run.label,
-                                           "settings": dataclasses.asdict(s), "stats": stats, "goals": goals})
-        write_html(out / "decoding.html", f"Live multi-draft decoding ({run.label})", figures(stats, s, run.label))
+        write_json(out / "decoding.json", {**smoke_test_fields(s.smoke_test), "model_pair": run.pair,
+                                           "label": run.label, "settings": dataclasses.asdict(s), "stats": stats,
+                                           "goals": goals})
+        write_html(out / "decoding.html", f"Live multi-draft decoding ({run.label})", figures(stats, s, run.label),
+                   smoke_test=s.smoke_test)
         print(f"\nwrote {out / 'decoding.csv'}, {out / 'decoding.json'}, {out / 'decoding.html'}")
     return {"stats": stats, "goals": goals}
 
@@ -82,7 +112,8 @@ def print_table1(st: dict, s: DecodingSettings, notes=()) -> None:
     body.append(["single (K=1)"] + [_be(st["single"]), "-"] * len(ks))
     body.append(["autoregressive"] + [_be(st[AUTOREGRESSIVE]), "-"] * len(ks))
     print_block(f"Table 1: block efficiency vs K, {s.main_dataset}, identical drafts at T={s.draft_temperature:g}",
-                format_table(header, body), notes)
+                format_table(header, body), [_n_note({m: st[m] for m in st if m != "alive"}), *notes],
+                smoke_test=s.smoke_test)
 
 
 def _print_drafts(st: dict, s: DecodingSettings, notes) -> None:
@@ -91,13 +122,19 @@ def _print_drafts(st: dict, s: DecodingSettings, notes) -> None:
     ks = s.drafts_k
     body = [[m] + [_pct(st[m][k]) for k in ks] for m in paper.COMPARED_SCHEMES]
     body.append(["autoregressive"] + [_pct(st[AUTOREGRESSIVE])] * len(ks))
+    improvements = [st[m][k]["improvement_pct"] for m in paper.COMPARED_SCHEMES for k in ks]
     print_block("Table 1 (token rate): improvement over single-draft decoding, paired by prompt and seed",
-                format_table(["method"] + [f"K={k}" for k in ks], body), ["the paper gives no token rates for Table 1"])
-    body = [[m, str(k)] + [fmt(a, digits=2) for a in st["alive"][m][k]] for k in ks for m in paper.COMPARED_SCHEMES]
+                format_table(["method"] + [f"K={k}" for k in ks], body),
+                [_n_note(improvements + [st[AUTOREGRESSIVE]["improvement_pct"]]),
+                 "the paper gives no token rates for Table 1"], smoke_test=s.smoke_test)
+    body = [[m, str(k)] + [_stat(a) for a in st["alive"][m][k]] for k in ks for m in paper.COMPARED_SCHEMES]
     print_block("Drafts alive per position (Table 1 runs): mean drafts offered to the scheme at position j of a "
                 "round, over the rounds that reach j",
                 format_table(["method", "K"] + [f"j={j + 1}" for j in range(s.draft_length)], body),
-                ["more drafts alive after an acceptance means more chances at the next position"])
+                [sample_note(_sizes(st["alive"]), "generations", over="(whose rounds reach j; s.e. clustered by "
+                                                                       "generation)"),
+                 "more drafts alive after an acceptance means more chances at the next position"],
+                smoke_test=s.smoke_test)
 
 
 def _print_temperature(st, s: DecodingSettings, notes):
@@ -107,14 +144,15 @@ def _print_temperature(st, s: DecodingSettings, notes):
                 for m in ("single", *paper.COMPARED_SCHEMES)]
         print_block(f"Figure 3: block efficiency (token-rate improvement over single-draft) vs draft temperature, "
                     f"{dataset}, K = 2 identical drafts", format_table(["method"] + [f"T={t:g}" for t in temps], body),
-                    ["the paper shows Figure 3 as a plot only (no numbers to print)", notes[0]])
+                    [_n_note([by[t] for t in temps]), "the paper shows Figure 3 as a plot only (no numbers to print)",
+                     notes[0]], smoke_test=s.smoke_test)
     for dataset, by in st.items():
-        _print_quality(dataset, by, temps, notes)
+        _print_quality(dataset, by, s, notes)
 
 
-def _print_quality(dataset: str, by: dict, temps, notes):
+def _print_quality(dataset: str, by: dict, s: DecodingSettings, notes):
     """Table 5 (XSum) / 6 (WMT): the quality of the outputs vs draft temperature."""
-    ptable = paper.QUALITY_TABLES.get(dataset)
+    temps, ptable = s.temperatures, paper.QUALITY_TABLES.get(dataset)
     metric = "BLEU (0-1, sentence level)" if dataset == "wmt" else "ROUGE-L"
     header = ["method"] + [c for t in temps for c in (f"T={t:g} ours", f"T={t:g} paper")]
     body = []
@@ -127,9 +165,10 @@ def _print_quality(dataset: str, by: dict, temps, notes):
         body.append(row)
     body.append([AUTOREGRESSIVE] + [_q(by[AUTOREGRESSIVE]), "-"] * len(temps))
     table_name = {"xsum": "Table 5", "wmt": "Table 6"}.get(dataset, "quality (no paper table)")
+    qualities = [by[t][m]["quality"] for t in temps for m in by[t]] + [by[AUTOREGRESSIVE]["quality"]]
     print_block(f"{table_name}: {metric} of the outputs vs draft temperature, {dataset}", format_table(header, body),
-                ["every scheme is lossless: quality must not depend on the scheme or temperature, only noise "
-                 "differs (compare with autoregressive)", notes[0]])
+                [_n_note(qualities), "every scheme is lossless: quality must not depend on the scheme or temperature, "
+                 "only noise differs (compare with autoregressive)", notes[0]], smoke_test=s.smoke_test)
 
 
 def _print_nonidentical(st, s: DecodingSettings, notes):
@@ -140,7 +179,8 @@ def _print_nonidentical(st, s: DecodingSettings, notes):
         f"Figure 4: block efficiency (token-rate improvement) with non-identical drafts, first draft "
         f"T={s.first_temperature:g}, second varied, {s.main_dataset}",
         format_table(["method"] + [f"T2={t:g}" for t in temps], body),
-        ["SpecTr needs identical drafts and is not run; the paper shows Figure 4 as a plot only", notes[0]])
+        [_n_note(st), "SpecTr needs identical drafts and is not run; the paper shows Figure 4 as a plot only",
+         notes[0]], smoke_test=s.smoke_test)
 
 
 def _print_topk(st, s: DecodingSettings, notes):
@@ -148,18 +188,18 @@ def _print_topk(st, s: DecodingSettings, notes):
     body = []
     for top_k, by in st.items():
         for k in s.topk_drafts:
-            ours_is = by[k]["is-paper"]["block_efficiency"]["mean"]
             theirs_is = paper.paper_value(paper.TABLE4_TOP_K, top_k, k, "is-paper")
             for m in paper.COMPARED_SCHEMES:
                 theirs = paper.paper_value(paper.TABLE4_TOP_K, top_k, k, m)
-                ratio = by[k][m]["block_efficiency"]["mean"] / ours_is
-                body.append([top_k, k, m, _be(by[k][m]), fmt(theirs), f"{ratio:.0%}",
+                body.append([top_k, k, m, _be(by[k][m]), fmt(theirs), _stat(by[k][m]["over_is_paper"], 0, 100, "%"),
                              f"{theirs[0] / theirs_is[0]:.0%}" if theirs else "-"])
         body.append([top_k, 1, "single", _be(by["single"]), "-", "", ""])
     print_block(
         f"Table 4: block efficiency with top-k sampling, {s.main_dataset}", format_table(header, body),
-        [f"deviation: the paper runs both models at temperature 1.0; our drafts run at "
-         f"T={s.draft_temperature:g} (with the same-weights draft, T = 1 would make draft = target)", *notes])
+        [_n_note(st), "ours / IS: ratio of the block efficiencies, paired by prompt and seed",
+         f"deviation: the paper runs both models at temperature 1.0; our drafts run at "
+         f"T={s.draft_temperature:g} (with the same-weights draft, T = 1 would make draft = target)", *notes],
+        smoke_test=s.smoke_test)
 
 
 def _print_truncation(st, s: DecodingSettings, notes):
@@ -176,10 +216,10 @@ def _print_truncation(st, s: DecodingSettings, notes):
     body.append(["single (K=1)", _be(st["single"]), "", "-", ""])
     print_block(f"Table 2: IS truncation (alphabet at s={TRUNCATION_S}, LP size s at alphabet {TRUNCATION_ALPHABET}), "
                 f"K = 2, {s.main_dataset}",
-                format_table(header, body), notes)
+                format_table(header, body), [_n_note(st), *notes], smoke_test=s.smoke_test)
 
 
-def _print_timing(timing_stats):
+def _print_timing(timing_stats, smoke_test: bool = False):
     header = ["method", "rounds", "draft ms", "target ms", "selection ms", "cache ms", "selection / target"]
     body = [[label, t["rounds"], f"{1e3 * t['draft']:.1f}", f"{1e3 * t['target']:.1f}", f"{1e3 * t['selection']:.2f}",
              f"{1e3 * t['cache']:.2f}", f"{t['selection_over_target']:.1%}"]
@@ -188,7 +228,7 @@ def _print_timing(timing_stats):
                 format_table(header, body),
                 ["draft = K-row draft forward passes and sampling (L steps); target = one K-row forward "
                  "pass over L+1 positions; selection = token-level scheme at every position reached; "
-                 "cache = KV-cache expand/select/crop"])
+                 "cache = KV-cache expand/select/crop"], smoke_test=smoke_test)
 
 
 # -- goals ---------------------------------------------------------------------------------------
@@ -208,12 +248,12 @@ def check_goals(stats: dict, s: DecodingSettings) -> dict:
                 be = stats["drafts"][scheme][k]["block_efficiency"]
                 goals["b"].append({"what": f"{scheme} K={k}", "pass": bool(be["mean"] > single["mean"]),
                                    "n": be["n"],
-                                   "detail": f"{fmt(be['mean'], be['se'])} vs single "
-                                             f"{fmt(single['mean'], single['se'])} ({be['n']} generations each)"})
+                                   "detail": f"{_stat(be)} vs single {_stat(single)} "
+                                             f"({be['n']} generation{'s' * (be['n'] != 1)} each)"})
     return goals
 
 
-def _print_goals(goals, preset: str):
+def _print_goals(goals, preset: str, smoke_test: bool = False):
     from mspec_lab.models import DEFAULT_PRESET
 
     where = "offline default" if preset == DEFAULT_PRESET else f"preset {preset!r}, not the offline default"
@@ -230,6 +270,8 @@ def _print_goals(goals, preset: str):
               "--gen-prompts / --seeds)")
     for g in goals["b"]:
         print(f"   {g['what']:<14} {'PASS' if g['pass'] else 'FAIL'}  {g['detail']}")
+    if smoke_test:
+        print(f"   {SMOKE_TEST_LINE}")
 
 
 # -- figures -------------------------------------------------------------------------------------

@@ -18,7 +18,10 @@ same call returns a control variate per position with mean exactly zero over the
 (acceptance given the drafts minus its mean, weighted by the probability of reaching the
 node); the estimates subtract its least-squares fit (a regression estimator), which
 removes most of that noise without moving the mean. Means are pooled over rounds (as a
-block efficiency is); standard errors are clustered by reference generation.
+block efficiency is); standard errors are clustered by reference generation. Whether optimal
+is ahead of or behind another scheme is decided by a two-sided paired t-test at level
+:data:`TEST_LEVEL` (:func:`paired_t_test`), from :data:`MIN_PAIRS` reference generations on;
+with fewer the report says the comparison has too few samples to test.
 
 In a notebook: ``stats = summarize(run_rounds(pair, RoundsSettings.quick()))``. On the
 command line, ``python -m mspec_lab rounds`` writes one row per (prompt, seed, scheme, K)
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 from pathlib import Path
@@ -39,11 +43,12 @@ import numpy as np
 from mspec_lab.experiments import paper
 from mspec_lab.experiments.inputs import (SharedSettings, DATASETS, checked_choices, derived_seed,
                      load_dataset_prompts, with_progress)
-from mspec_lab.experiments.report import fmt, format_table, pair_label, print_block, write_json
+from mspec_lab.experiments.report import (fmt, format_table, pair_label, print_block, print_smoke_banner,
+                                          sample_note, smoke_test_fields, write_json)
 from mspec_lab.experiments.results import ResultTable, RowBudget
 
-__all__ = ["ROUND_SCHEMES", "RoundsRun", "RoundsSettings", "cluster_mean_se", "comparison_verdict",
-           "control_adjusted", "report_rounds", "run_rounds", "summarize"]
+__all__ = ["MIN_PAIRS", "ROUND_SCHEMES", "TEST_LEVEL", "PairedTest", "RoundsRun", "RoundsSettings", "behind_lines",
+           "cluster_mean_se", "control_adjusted", "paired_t_test", "report_rounds", "run_rounds", "summarize"]
 
 CONFIG_FIELDS = ["preset", "dataset", "prompt", "seed", "reference", "method", "num_drafts", "draft_length",
                  "draft_temperature", "target_temperature", "max_new_tokens"]
@@ -237,16 +242,18 @@ def _stack(gens: dict, keys: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _estimate(values: np.ndarray, controls: np.ndarray, groups: np.ndarray) -> dict:
-    """Mean ± clustered s.e. with the control fit subtracted, and without it (``raw_``)."""
+    """Mean ± clustered s.e. with the control fit subtracted, and without it (``raw_``); the
+    rounds and the reference generations (clusters) they come from."""
     raw_mean, raw_se = cluster_mean_se(values, groups)
     mean, se = cluster_mean_se(control_adjusted(values, controls), groups)
-    return {"mean": mean, "se": se, "raw_mean": raw_mean, "raw_se": raw_se, "rounds": int(values.size)}
+    return {"mean": mean, "se": se, "raw_mean": raw_mean, "raw_se": raw_se, "rounds": int(values.size),
+            "generations": int(np.unique(groups).size)}
 
 
 def summarize(run: RoundsRun) -> dict:
     """Per method: mean expected tokens per round (with and without the control); per K:
-    paired differences optimal - other. Means pooled over rounds, standard errors clustered
-    by reference generation."""
+    paired differences optimal - other, each with its :func:`paired_t_test` (``"test"``).
+    Means pooled over rounds, standard errors clustered by reference generation."""
     by = {}
     for row in run.rows:
         by.setdefault((row["method"], int(row["num_drafts"])), {})[(row["prompt"], row["seed"])] = _per_round(row)
@@ -262,78 +269,169 @@ def summarize(run: RoundsRun) -> dict:
                 continue
             v_opt, z_opt, groups = _stack(opt, keys)
             v_other, z_other, _ = _stack(other, keys)
-            stats["optimal_minus"][f"{scheme} K={k}"] = {
-                **_estimate(v_opt - v_other, np.hstack([z_opt, z_other]), groups), "generations": len(keys)}
+            d = _estimate(v_opt - v_other, np.hstack([z_opt, z_other]), groups)
+            d["test"] = dataclasses.asdict(paired_t_test(d["mean"], d["se"], d["generations"]))
+            stats["optimal_minus"][f"{scheme} K={k}"] = d
     return stats
 
 
-#: a paired difference counts as a lead or a deficit beyond this many standard errors
-SIGNIFICANT = 2.0
-#: without a standard error (one generation), a difference this small is a tie (float rounding)
-EXACT_TIE = 1e-12
+# -- the paired test -----------------------------------------------------------------------------
+#: level of the two-sided paired t-test that decides 'ahead' / 'behind' ...
+TEST_LEVEL = 0.05
+#: ... from this many pairs (reference generations) on: a clustered s.e. from fewer clusters
+#: is itself too noisy to test with
+MIN_PAIRS = 8
+#: how the reports name the test
+TEST_NAME = ("two-sided paired t-test (t = mean difference / s.e. clustered by reference generation, "
+             "generations - 1 degrees of freedom)")
 
 
-def comparison_verdict(mean: float, se: float) -> str:
-    """'ahead', 'BEHIND' or 'level' for a paired difference optimal - other."""
-    if not np.isfinite(se):
-        return "level" if abs(mean) < EXACT_TIE else ("ahead" if mean > 0 else "BEHIND")
-    if mean > SIGNIFICANT * se:
-        return "ahead"
-    if mean < -SIGNIFICANT * se:
-        return "BEHIND"
-    return "level"
+@dataclass(frozen=True)
+class PairedTest:
+    """The outcome of :func:`paired_t_test` on a paired difference, e.g. optimal - other.
+
+    Attributes:
+        mean, se: the mean difference and its standard error.
+        pairs: the independent pairs it rests on (reference generations).
+        t, p_value: ``mean / se`` and its two-sided p-value on ``pairs - 1`` degrees of
+            freedom; nan when not tested.
+        level, min_pairs: the test's level, and the fewest pairs it tests.
+        tested: at least ``min_pairs`` pairs and a finite standard error.
+        significant: tested, and ``p_value < level``.
+    """
+
+    mean: float
+    se: float
+    pairs: int
+    t: float
+    p_value: float
+    level: float
+    min_pairs: int
+    tested: bool
+    significant: bool
+
+    def describe(self) -> str:
+        """``"ahead (p = 0.003)"``, ``"behind (p = 0.01)"``, ``"level (p = 0.41)"`` (the
+        test does not reject a zero difference) or ``"untested (n = 2 < 8)"``."""
+        if not self.tested:
+            return f"untested (n = {self.pairs} < {self.min_pairs})"
+        word = ("ahead" if self.mean > 0 else "behind") if self.significant else "level"
+        return f"{word} (p = {self.p_value:.2g})"
 
 
-def _table_rows(stats: dict, drafts_k) -> tuple[list[list[str]], list[str]]:
-    """The printed table's rows, and the comparisons where optimal is significantly behind."""
-    body, behind = [], []
+def paired_t_test(mean: float, se: float, pairs: int, *, level: float = TEST_LEVEL,
+                  min_pairs: int = MIN_PAIRS) -> PairedTest:
+    """Two-sided paired t-test of a zero mean difference: ``t = mean / se`` on ``pairs - 1``
+    degrees of freedom. With one difference per pair and ``se`` its plain standard error this
+    is the textbook paired t-test; with the rounds of a generation pooled and ``se`` clustered
+    by generation (:func:`cluster_mean_se`), its cluster-robust form.
+
+    Args:
+        mean, se: the mean of the paired differences and its standard error.
+        pairs: how many independent pairs (clusters) ``se`` rests on.
+        level: reject (``significant``) when the p-value is below it.
+        min_pairs: with fewer pairs, or no finite ``se``, nothing is tested.
+
+    Raises:
+        ValueError: ``level`` outside (0, 1) or ``min_pairs`` below 2.
+    """
+    from scipy import stats
+
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"`level` must lie in (0, 1), e.g. 0.05; got {level}")
+    if min_pairs < 2:
+        raise ValueError(f"`min_pairs` must be >= 2 (a t-test needs a standard error); got {min_pairs}")
+    pairs = int(pairs)
+    if pairs < min_pairs or not np.isfinite(se) or not np.isfinite(mean):
+        return PairedTest(mean, se, pairs, math.nan, math.nan, level, min_pairs, False, False)
+    t = mean / se if se > 0 else (0.0 if mean == 0 else math.copysign(math.inf, mean))
+    p_value = float(2.0 * stats.t.sf(abs(t), pairs - 1))
+    return PairedTest(mean, se, pairs, float(t), p_value, level, min_pairs, True, p_value < level)
+
+
+def behind_lines(tests: dict[str, PairedTest]) -> list[str]:
+    """What a report says under its table about where optimal is behind: "significantly"
+    only for comparisons whose test rejects at its level, with their p-values; the
+    comparisons with too few pairs to test are named as such.
+
+    Args:
+        tests: comparison (e.g. ``"spectr K=2"``) -> its :func:`paired_t_test` of optimal - it.
+    """
+    if not tests:
+        return []
+    first = next(iter(tests.values()))
+    how = f"{TEST_NAME}, level {first.level:g}"
+    behind = [f"{name} (p = {t.p_value:.2g})" for name, t in tests.items() if t.significant and t.mean < 0]
+    untested = [t.pairs for t in tests.values() if not t.tested]
+    lines = []
+    if behind:
+        lines.append(f"optimal significantly behind ({how}): " + ", ".join(behind))
+    elif len(untested) < len(tests):
+        lines.append(f"optimal behind: nowhere in the {len(tests) - len(untested)} tested comparisons ({how})")
+    if untested:
+        lines.append(f"too few samples to test {len(untested)} of {len(tests)} comparisons: they rest on "
+                     f"{min(untested)} reference generation(s), the test needs at least {first.min_pairs} "
+                     "(raise --gen-prompts or --seeds)")
+    return lines
+
+
+# -- report --------------------------------------------------------------------------------------
+def _table_rows(stats: dict, drafts_k) -> tuple[list[list[str]], dict[str, PairedTest]]:
+    """The printed table's rows, and the paired test of every comparison optimal - other."""
+    body, tests = [], {}
     for k in drafts_k:
         for scheme in ROUND_SCHEMES:
             be = stats["block_efficiency"].get(f"{scheme} K={k}")
             if be is None:  # a variant this run did not score
                 continue
-            row = [scheme, str(k), fmt(be["mean"], be["se"], 3), fmt(be["raw_mean"], be["raw_se"], 3),
-                   str(be["rounds"])]
+            row = _estimate_cells(be, 3)
             d = stats["optimal_minus"].get(f"{scheme} K={k}")
             if d is None:
                 row += ["", "", ""]
             else:
-                verdict = comparison_verdict(d["mean"], d["se"])
-                if verdict == "BEHIND":
-                    behind.append(f"{scheme} K={k}")
-                row += [fmt(d["mean"], d["se"], 4), fmt(d["raw_mean"], d["raw_se"], 4), verdict]
-            body.append(row)
-    single = stats["block_efficiency"]["single K=1"]
-    body.append(["single", "1", fmt(single["mean"], single["se"], 3), fmt(single["raw_mean"], single["raw_se"], 3),
-                 str(single["rounds"]), "", "", ""])
-    return body, behind
+                tests[f"{scheme} K={k}"] = test = PairedTest(**d["test"])
+                row += [*_estimate_cells(d, 4)[:2], test.describe()]
+            body.append([scheme, str(k), *row])
+    body.append(["single", "1", *_estimate_cells(stats["block_efficiency"]["single K=1"], 3), "", "", ""])
+    return body, tests
+
+
+def _estimate_cells(st: dict, digits: int) -> list[str]:
+    """Mean ± s.e. with and without the control (n: the reference generations), then the rounds."""
+    n = st["generations"]
+    return [fmt(st["mean"], st["se"], digits, n=n), fmt(st["raw_mean"], st["raw_se"], digits, n=n), str(st["rounds"])]
 
 
 def report_rounds(run: RoundsRun, out: str | Path | None = None) -> dict:
     """Print the paired table; with ``out``, write ``rounds.json`` there. Returns the stats."""
     stats, s = summarize(run), run.settings
+    print_smoke_banner(s.smoke_test)
     print(f"\nModel pair: {run.pair}")
     print(f"Reference generations: {s.prompts} prompt(s) x {s.seeds} seed(s), {s.main_dataset}, "
           f"{s.max_new_tokens} tokens, L = {s.draft_length}, drafts at T = {s.draft_temperature:g}, "
           f"driven by {s.reference!r}")
-    body, behind = _table_rows(stats, s.drafts_k)
+    body, tests = _table_rows(stats, s.drafts_k)
     print_block("Paired block efficiency: expected tokens per round on the same rounds",
                 format_table(["method", "K", "tokens / round", "without control", "rounds",
                               "optimal - this", "without control", "optimal is"], body),
                 [f"ours = {run.label}",
                  "tokens / round: mean over rounds of the expected tokens given the drafts (selection "
                  "randomness averaged out exactly, mspec.lm.decoding.expected_round_tokens), minus the fitted "
-                 "zero-mean control variate; ± s.e. clustered by reference generation",
-                 "optimal - this: the same, paired round by round; optimal is 'ahead' / 'behind' beyond "
-                 f"{SIGNIFICANT:g} s.e., else 'level'",
+                 "zero-mean control variate",
+                 sample_note([st["generations"] for st in stats["block_efficiency"].values()],
+                             "reference generations", over="(rounds pooled, s.e. clustered by generation)"),
+                 f"optimal - this: the same, paired round by round; optimal is 'ahead' / 'behind' when a {TEST_NAME} "
+                 f"rejects a zero difference at level {TEST_LEVEL:g} (p-value printed), 'level' when it does not, "
+                 f"'untested' with fewer than {MIN_PAIRS} reference generations",
                  "optimal = ratio buckets as atoms (the default at this vocabulary); optimal-tokens = every "
                  "token its own atom (the lexicographic x): the same acceptance, a different x"
-                 if "optimal-tokens" in s.variants else ""])
-    print("\noptimal significantly behind: " + (", ".join(behind) if behind else
-                                                  f"nowhere (no difference below -{SIGNIFICANT:g} s.e.)"))
+                 if "optimal-tokens" in s.variants else ""], smoke_test=s.smoke_test)
+    print()
+    for line in behind_lines(tests):
+        print(line)
     if out is not None:
         out = Path(out)
-        write_json(out / "rounds.json", {"model_pair": run.pair, "label": run.label,
-                                         "settings": dataclasses.asdict(s), "stats": stats})
+        write_json(out / "rounds.json", {**smoke_test_fields(s.smoke_test), "model_pair": run.pair,
+                                         "label": run.label, "settings": dataclasses.asdict(s), "stats": stats})
         print(f"\nwrote {out / 'rounds.csv'}, {out / 'rounds.json'}")
     return stats

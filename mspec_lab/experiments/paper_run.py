@@ -54,7 +54,8 @@ from mspec_lab.experiments.inputs import (
     load_dataset_prompts,
     with_progress,
 )
-from mspec_lab.experiments.report import fmt, format_table, pair_label, print_block
+from mspec_lab.experiments.report import (fmt, format_table, pair_label, print_block, print_smoke_banner,
+                                          sample_note, smoke_test_fields)
 from mspec_lab.experiments.results import RowBudget
 
 __all__ = [
@@ -349,7 +350,7 @@ def _rounds(pair, s: PaperRunSettings, regime: str, temperature: float, work, bu
     for key, st in stats["optimal_minus"].items():
         method, _, k = key.rpartition(" K=")
         out["rounds_differences"].append({**base, "K": int(k), "a": "optimal", "b": method,
-                                          **{f: v for f, v in st.items() if f != "generations"}})
+                                          **{f: v for f, v in st.items() if f not in ("generations", "test")}})
     return out
 
 
@@ -374,7 +375,7 @@ def run_paper(pair, settings: PaperRunSettings | None = None, *, work: str | Pat
     cache: dict = {}
     sweep, chosen = _sweep(pair, prompts[s.sweep_dataset], s, cache, progress)
     regimes = {"default": s.draft_temperature, "paper": chosen}
-    doc = {"schema": SCHEMA, "settings": dataclasses.asdict(s),
+    doc = {"schema": SCHEMA, **smoke_test_fields(s.smoke_test), "settings": dataclasses.asdict(s),
            "regimes": {
                "default": {"draft_temperature": s.draft_temperature,
                            "how": "the package's default draft temperature"},
@@ -412,7 +413,8 @@ def paper_run(preset: str, settings: PaperRunSettings | None = None, *, out: str
     doc = run_paper(pair, s, work=work, progress=progress)
     doc["provenance"] = provenance(pair, command=command, code=code, started=started, start=start,
                                    data_source=s.data_source)
-    doc = {"schema": doc.pop("schema"), "provenance": doc.pop("provenance"), **doc}
+    head = {name: doc.pop(name) for name in ("schema", "smoke_test", "smoke_test_note") if name in doc}
+    doc = {**head, "provenance": doc.pop("provenance"), **doc}
     if out is not None:
         path = Path(out) / DEFAULT_RESULTS.name
         write_results(doc, path)
@@ -682,31 +684,51 @@ def _key(r: dict) -> str:
 
 # -- report --------------------------------------------------------------------------------------
 def print_summary(doc: dict) -> None:
-    """Print the main tables of a results document next to the paper's numbers."""
-    prov = doc["provenance"]
+    """Print the main tables of a results document next to the paper's numbers (a smoke
+    test's document says so first and under each table)."""
+    prov, smoke = doc["provenance"], bool(doc.get("smoke_test"))
+    print_smoke_banner(smoke)
     print(f"\nModel pair: {prov['model_pair']}")
     regimes = {r: doc["regimes"][r]["draft_temperature"] for r in REGIMES}
     for regime, t in regimes.items():
-        header = ["dataset", "scheme"] + [f"K={k}" for k in doc["settings"]["drafts"]] + ["paper K=2"]
-        body = []
-        for dataset in doc["settings"]["datasets"]:
-            for scheme in paper.COMPARED_SCHEMES:
-                cells = [fmt(record(doc, "table3", regime=regime, dataset=dataset, scheme=scheme, K=k)["mean"],
-                             record(doc, "table3", regime=regime, dataset=dataset, scheme=scheme, K=k)["se"], 4)
-                         for k in doc["settings"]["drafts"]]
-                body.append([dataset, scheme, *cells,
-                             fmt(paper.paper_value(paper.TABLE3_ACCEPTANCE, dataset, scheme, 2), digits=4)])
-        print_block(f"Table 3, {regime} regime (draft temperature {t:g}): token-level acceptance, mean ± s.e. "
-                    "clustered by prompt", format_table(header, body))
+        _print_table3(doc, regime, t, smoke)
     for regime, t in regimes.items():
-        body = []
-        for r in records(doc, "rounds", regime=regime):
-            d = records(doc, "rounds_differences", regime=regime, b=r["scheme"], K=r["K"])
-            body.append([r["scheme"], r["K"], fmt(r["mean"], r["se"], 3),
-                         fmt(d[0]["mean"], d[0]["se"], 4) if d else ""])
-        print_block(f"Block efficiency, {regime} regime (draft temperature {t:g}): expected tokens per round",
-                    format_table(["scheme", "K", "tokens / round", "optimal - this"], body))
+        _print_rounds(doc, regime, t, smoke)
     print(f"\npaper regime: draft temperature {regimes['paper']:g} ({doc['regimes']['paper']['how']})")
     print(f"wall time {prov['wall_time_s']:.0f} s, {prov['torch_threads']} torch thread(s)")
     if doc.get("path"):
         print(f"wrote {doc['path']}")
+
+
+def _print_table3(doc: dict, regime: str, temperature: float, smoke: bool) -> None:
+    """Table 3 of one regime: mean ± s.e. clustered by prompt (n: the prompts)."""
+    header = ["dataset", "scheme"] + [f"K={k}" for k in doc["settings"]["drafts"]] + ["paper K=2"]
+    body, sizes = [], []
+    for dataset in doc["settings"]["datasets"]:
+        for scheme in paper.COMPARED_SCHEMES:
+            cells = []
+            for k in doc["settings"]["drafts"]:
+                r = record(doc, "table3", regime=regime, dataset=dataset, scheme=scheme, K=k)
+                cells.append(fmt(r["mean"], r["se"], 4, n=r["clusters"]))
+                sizes.append(r["clusters"])
+            body.append([dataset, scheme, *cells,
+                         fmt(paper.paper_value(paper.TABLE3_ACCEPTANCE, dataset, scheme, 2), digits=4)])
+    print_block(f"Table 3, {regime} regime (draft temperature {temperature:g}): token-level acceptance",
+                format_table(header, body),
+                [sample_note(sizes, "prompts", over="(their positions pooled, s.e. clustered by prompt)")],
+                smoke_test=smoke)
+
+
+def _print_rounds(doc: dict, regime: str, temperature: float, smoke: bool) -> None:
+    """The block efficiency of one regime: mean ± s.e. clustered by generation."""
+    body, sizes = [], []
+    for r in records(doc, "rounds", regime=regime):
+        d = records(doc, "rounds_differences", regime=regime, b=r["scheme"], K=r["K"])
+        n = r["generations"]
+        body.append([r["scheme"], r["K"], fmt(r["mean"], r["se"], 3, n=n),
+                     fmt(d[0]["mean"], d[0]["se"], 4, n=n) if d else ""])
+        sizes.append(n)
+    print_block(f"Block efficiency, {regime} regime (draft temperature {temperature:g}): expected tokens per round",
+                format_table(["scheme", "K", "tokens / round", "optimal - this"], body),
+                [sample_note(sizes, "reference generations", over="(rounds pooled, s.e. clustered by generation)")],
+                smoke_test=smoke)

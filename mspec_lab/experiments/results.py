@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ResultTable", "RowBudget", "StopSweep", "config_key", "mean_se"]
+__all__ = ["ResultTable", "RowBudget", "StopSweep", "config_key", "mean_se", "ratio_se"]
 
 
 class StopSweep(Exception):
@@ -191,3 +191,28 @@ def mean_se(values: Iterable[float]) -> tuple[float, float, int]:
         return float("nan"), float("nan"), 0
     se = float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
     return float(x.mean()), se, int(x.size)
+
+
+def ratio_se(numerators: Iterable[float], denominators: Iterable[float]) -> tuple[float, float, int]:
+    """Ratio of sums ``R = sum(a) / sum(b)`` over ``n`` independent pairs ``(a_i, b_i)``, its
+    standard error (the linearised one of a ratio estimator,
+    ``sqrt(n / (n - 1) * sum((a_i - R b_i)^2)) / sum(b)``) and n.
+
+    A ratio of means of paired samples (e.g. one scheme's block efficiency over another's on
+    the same generations), or a mean pooled over clusters (``a_i``: the sum over cluster
+    ``i``, ``b_i``: its size). The standard error is ``nan`` for fewer than two pairs;
+    ``(nan, nan, n)`` when ``sum(b)`` is 0.
+
+    Raises:
+        ValueError: ``numerators`` and ``denominators`` differ in length.
+    """
+    a, b = np.asarray(list(numerators), dtype=np.float64), np.asarray(list(denominators), dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"`numerators` ({a.size}) and `denominators` ({b.size}) must pair up one to one")
+    total = float(b.sum())
+    if a.size == 0 or total == 0.0:
+        return float("nan"), float("nan"), int(a.size)
+    ratio = float(a.sum()) / total
+    if a.size < 2:
+        return ratio, float("nan"), 1
+    return ratio, float(math.sqrt(a.size / (a.size - 1) * np.sum((a - ratio * b) ** 2)) / total), int(a.size)

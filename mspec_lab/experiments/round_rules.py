@@ -35,8 +35,10 @@ from typing import ClassVar
 import numpy as np
 
 from mspec_lab.experiments.inputs import DATASETS, SharedSettings, checked_choices, derived_seed, load_dataset_prompts, with_progress
-from mspec_lab.experiments.paired_schemes import cluster_mean_se, comparison_verdict
-from mspec_lab.experiments.report import fmt, format_table, print_block, write_json
+from mspec_lab.experiments.paired_schemes import MIN_PAIRS, TEST_LEVEL, TEST_NAME, cluster_mean_se, paired_t_test
+from mspec_lab.experiments.report import (fmt, format_table, print_block, print_smoke_banner, sample_note,
+                                          smoke_test_fields, write_json)
+from mspec_lab.experiments.results import ratio_se
 
 __all__ = ["BASELINE", "DEFAULT_RESULTS", "ROUND_RULES", "TOKEN_RULES", "RoundRulesSettings", "load_round_rules",
            "methods", "print_round_rules", "round_rule", "round_rules_document", "run_round_rules",
@@ -146,18 +148,23 @@ def run_round_rules(pair, settings: RoundRulesSettings | None = None, *, progres
 
 def summarize_round_rules(run: dict) -> list[dict]:
     """One record per (dataset, K, method): mean expected tokens per round and, paired round
-    by round, the difference from the baseline (``"single"`` at K = 1) and its ratio; means
-    pooled over rounds, standard errors clustered by reference generation."""
+    by round, the difference from the baseline (``"single"`` at K = 1) and its ratio
+    (``relative_gain``); means pooled over rounds, standard errors clustered by reference
+    generation (``generations`` of them)."""
     records = []
     for dataset, part in run.items():
         values, groups = part["values"], part["groups"]
+        labels = np.unique(groups)
         for method, k in values:
             base = values["single" if k == 1 else BASELINE, k]
             mean, se = cluster_mean_se(values[method, k], groups)
             diff, diff_se = cluster_mean_se(values[method, k] - base, groups)
+            _, gain_se, _ = ratio_se([np.sum((values[method, k] - base)[groups == g]) for g in labels],
+                                     [np.sum(base[groups == g]) for g in labels])
             records.append({"dataset": dataset, "K": k, "method": method, "rounds": int(groups.size),
-                            "tokens_per_round": mean, "se": se, "minus_baseline": diff, "minus_baseline_se": diff_se,
-                            "relative_gain": diff / float(base.mean())})
+                            "generations": int(labels.size), "tokens_per_round": mean, "se": se,
+                            "minus_baseline": diff, "minus_baseline_se": diff_se,
+                            "relative_gain": diff / float(base.mean()), "relative_gain_se": gain_se})
     return records
 
 
@@ -214,32 +221,55 @@ def round_rules_document(preset: str, settings: RoundRulesSettings | None = None
     s = settings or RoundRulesSettings()
     records = summarize_round_rules(run_round_rules(pair, s, progress=progress))
     cost = time_round_rules(pair, s, tokens=timing_tokens)
-    return {"schema": 1, "provenance": provenance(pair, command=command, code=code, started=started, start=start,
-                                                  data_source=s.data_source),
+    return {"schema": 1, **smoke_test_fields(s.smoke_test),
+            "provenance": provenance(pair, command=command, code=code, started=started, start=start,
+                                     data_source=s.data_source),
             "settings": dataclasses.asdict(s), "tokens_per_round": records, "verification_cost": cost}
 
 
 def print_round_rules(doc: dict) -> None:
-    """Print the tables of a results document."""
+    """Print the tables of a results document (a smoke test's say so first and under each)."""
+    smoke = bool(doc.get("smoke_test"))
+    print_smoke_banner(smoke)
+    records = [{**r, "generations": _generations(r, doc["settings"])} for r in doc["tokens_per_round"]]
     header = ["dataset", "K", "rule", "tokens / round", "minus per-token optimum", "gain", "verdict"]
-    body = [[r["dataset"], str(r["K"]), r["method"], fmt(r["tokens_per_round"], r["se"], 3),
-             fmt(r["minus_baseline"], r["minus_baseline_se"], 4), f"{100 * r['relative_gain']:+.1f}%",
-             "" if r["method"] in ("single", BASELINE) else _verdict(r)] for r in doc["tokens_per_round"]]
+    body = [[r["dataset"], str(r["K"]), r["method"], fmt(r["tokens_per_round"], r["se"], 3, n=r["generations"]),
+             fmt(r["minus_baseline"], r["minus_baseline_se"], 4, n=r["generations"]),
+             fmt(100 * r["relative_gain"], _times_100(r.get("relative_gain_se")), 1, n=r["generations"], unit="%"),
+             "" if r["method"] in ("single", BASELINE) else _verdict(r)] for r in records]
     print_block(f"Expected tokens per round on the same rounds ({doc['provenance']['label']})",
                 format_table(header, body),
-                [("exact given the drafts (each rule's randomness averaged out), mean over rounds ± s.e. "
-                  "clustered by reference generation; minus: paired round by round against the per-token "
-                  "optimum (single-draft sampling at K = 1)")])
+                [("exact given the drafts (each rule's randomness averaged out), mean over rounds; minus: paired "
+                  "round by round against the per-token optimum (single-draft sampling at K = 1); gain: minus "
+                  "over the optimum's tokens per round"),
+                 sample_note([r["generations"] for r in records], "reference generations",
+                             over="(rounds pooled, s.e. clustered by generation)"),
+                 f"verdict: 'ahead' / 'behind' when a {TEST_NAME} rejects a zero difference at level "
+                 f"{TEST_LEVEL:g} (p-value printed), 'level' when it does not, 'untested' with fewer than "
+                 f"{MIN_PAIRS} reference generations"], smoke_test=smoke)
     cost = [[str(c["K"]), c["method"], str(c["rounds"]), f"{c['verify_ms']:.2f}", f"{c['target_ms']:.1f}",
              f"{100 * c['share']:.1f}%"] for c in doc["verification_cost"]]
     print_block("Verification time per round against one target pass",
                 format_table(["K", "rule", "rounds", "verify ms", "target ms", "share"], cost),
-                ["verify: from the round's distributions to its output tokens (copies to numpy included)"])
+                ["verify: from the round's distributions to its output tokens (copies to numpy included)"],
+                smoke_test=smoke)
+
+
+def _generations(record: dict, settings: dict) -> int:
+    """The reference generations a record rests on; a document written before records stored
+    them ran ``prompts`` x ``seeds`` per dataset."""
+    return int(record.get("generations") or settings["prompts"] * settings["seeds"])
+
+
+def _times_100(se):
+    return None if se is None else 100 * se
 
 
 def _verdict(record: dict) -> str:
-    verdict = comparison_verdict(record["minus_baseline"], record["minus_baseline_se"])
-    return {"ahead": "ahead", "BEHIND": "behind", "level": "level"}[verdict]
+    """The paired test of ``minus_baseline`` (:func:`~mspec_lab.experiments.paired_schemes.paired_t_test`)."""
+    se = record["minus_baseline_se"]
+    return paired_t_test(record["minus_baseline"], float("nan") if se is None else se,
+                         record["generations"]).describe()
 
 
 def write_round_rules(doc: dict, out: str | Path) -> Path:

@@ -27,6 +27,7 @@ from pathlib import Path
 from mspec_lab.experiments.acceptance import AcceptanceRun, AcceptanceSettings, report_acceptance, run_acceptance
 from mspec_lab.experiments.live_decoding import DecodingRun, DecodingSettings, run_decoding
 from mspec_lab.experiments.live_decoding_report import report_decoding
+from mspec_lab.experiments.report import SMOKE_TEST_LINE
 from mspec_lab.experiments.results import RowBudget
 
 __all__ = ["SuiteRun", "report_suite", "run_suite"]
@@ -90,4 +91,6 @@ def report_suite(run: SuiteRun, out: str | Path | None = None) -> dict:
             continue
         print(f"   ({name}) {len(checks) - len(failing)}/{len(checks)} pass"
               + (f"; failing: {', '.join(failing)}" if failing else ""))
+    if any(r is not None and r.settings.smoke_test for r in (run.acceptance, run.decoding)):
+        print(f"   {SMOKE_TEST_LINE}")
     return goals
