@@ -477,6 +477,47 @@ def _round_rules(args) -> int:
     return 0
 
 
+def _train_draft_arguments(parser) -> None:
+    from mspec_lab.distilled_draft import DEFAULT_WEIGHTS
+    from mspec_lab.train_draft import TrainSettings
+
+    d = TrainSettings()
+    parser.add_argument("--exit-layers", type=int, default=d.exit_layers, help="target layers the draft shares")
+    parser.add_argument("--frequent-tokens", type=int, default=d.frequent_tokens, help="tokens the draft proposes")
+    parser.add_argument("--tokens", type=int, default=d.tokens, help="training tokens (teacher positions)")
+    parser.add_argument("--epochs", type=int, default=d.epochs)
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--threads", type=int, default=d.threads)
+    parser.add_argument("--data-dir", default=None, help="the datasets' local samples (default $MSPEC_DATA_DIR)")
+    parser.add_argument("--out", default=str(DEFAULT_WEIGHTS), help="folder for the weights and provenance")
+
+
+def _train_draft(args) -> int:
+    import os
+
+    from mspec_lab.data import DATA_DIR_ENV
+    from mspec_lab.distilled_draft import save_adapter
+    from mspec_lab.experiments.paper_run import code_version
+    from mspec_lab.models import load_pair
+    from mspec_lab.train_draft import TrainSettings, train_draft
+
+    data_dir = args.data_dir or os.environ.get(DATA_DIR_ENV)
+    if not data_dir:
+        print(f"train-draft reads the datasets' local samples: pass --data-dir or set ${DATA_DIR_ENV}")
+        return 2
+    settings = TrainSettings(exit_layers=args.exit_layers, frequent_tokens=args.frequent_tokens,
+                             tokens=args.tokens, epochs=args.epochs, seed=args.seed, threads=args.threads)
+    pair = load_pair("smollm2", device="cpu")
+    draft, report = train_draft(pair.target_model, pair.tokenizer, settings, data_dir)
+    report.update(code=code_version(), target=pair.description.split(";")[0],
+                  command="python -m mspec_lab train-draft " + " ".join(f"--{k.replace('_', '-')} {v}"
+                                                                        for k, v in vars(args).items()
+                                                                        if k not in ("command", "out", "data_dir")))
+    save_adapter(draft, args.out, report)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _with_common(add_arguments):
     def add(parser):
         _common_arguments(parser)
@@ -514,4 +555,6 @@ COMMANDS = {
     "paper-run": Command("the numbers of the reproducing-the-paper chapter, into one results file "
                          "(results/offline_default/paper_run.json)", _paper_run_arguments, _paper_run,
                          MODELS + PROGRESS),
+    "train-draft": Command("train the small draft of SmolLM2-135M by distillation (mspec_lab/weights/)",
+                           _train_draft_arguments, _train_draft, MODELS),
 }
