@@ -95,6 +95,7 @@ __all__ = [
     "VERIFICATIONS",
     "GenerationResult",
     "RoundRecord",
+    "SamplingLaw",
     "autoregressive_generate",
     "expected_round_tokens",
     "generate_with_baselines",
