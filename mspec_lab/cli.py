@@ -93,7 +93,7 @@ def main(argv=None) -> int:
         parser = argparse.ArgumentParser(prog=f"python -m mspec_lab {name}", description=command.summary)
         command.add_arguments(parser)
         args = parser.parse_args(argv[1:])
-        args.command = name
+        args.command, args.argv = name, argv[1:]  # argv: the options as typed, for the results' provenance
         missing = missing_packages(command.more_packages(args))
     if missing:
         print(missing_message(name, missing), file=sys.stderr)

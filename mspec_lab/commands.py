@@ -12,7 +12,6 @@ Options left out keep the settings' own defaults (``--quick``: their quick ones)
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -469,11 +468,40 @@ def _round_rules(args) -> int:
 
         torch.set_num_threads(args.threads)
     settings = _settings(rr.RoundRulesSettings, args, ROUND_RULES_DESTS)
-    command = " ".join(["python -m mspec_lab round-rules", *sys.argv[2:]])  # as typed
+    command = " ".join(["python -m mspec_lab round-rules", *args.argv])  # as typed
     doc = rr.round_rules_document(args.preset, settings, timing_tokens=args.timing_tokens, command=command,
                                   progress=True)
     rr.print_round_rules(doc)
     print(f"\nwrote {rr.write_round_rules(doc, args.out)}")
+    return 0
+
+
+def _draft_speed_arguments(parser) -> None:
+    from mspec_lab.bench.trained_draft import RESULTS_FILE, TrainedDraftSettings as S
+
+    d, q = S, S.QUICK
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke test of the pipeline, not results: small settings, a minute or two on a CPU; "
+                             "the results file says so (\"smoke_test\": true)")
+    _int_options(parser, d, q, (("--prompts", "prompts", "held-out prompts per dataset"),
+                                ("--max-new-tokens", "max_new_tokens", "tokens per generation"),
+                                ("--seed", "seed", "base seed")))
+    for option, field, what in (("--drafts-k", "drafts_k", "values of K"), ("--draft-lengths", "draft_lengths",
+                                "values of L"), ("--threads", "threads", "torch CPU thread counts")):
+        parser.add_argument(option, type=int, nargs="+", default=None,
+                            help=_quick_help(what, d.__dataclass_fields__[field].default, q.get(field, "")))
+    parser.add_argument("--scheme", default=None, help=f"the rule for K > 1 (default {d.scheme})")
+    parser.add_argument("--data-dir", default=None, help="the datasets' local samples (default $MSPEC_DATA_DIR)")
+    parser.add_argument("--out", default=str(RESULTS_FILE), help="the results file (default %(default)s, committed)")
+
+
+def _draft_speed(args) -> int:
+    from mspec_lab.bench.trained_draft import TrainedDraftSettings, bench_trained_draft
+
+    settings = _settings(TrainedDraftSettings, args, {name: name for name in (
+        "prompts", "max_new_tokens", "seed", "drafts_k", "draft_lengths", "threads", "scheme")})
+    bench_trained_draft(settings, out=args.out, data_dir=args.data_dir,
+                        command=" ".join(["python -m mspec_lab draft-speed", *args.argv]))
     return 0
 
 
@@ -484,7 +512,9 @@ def _train_draft_arguments(parser) -> None:
     d = TrainSettings()
     parser.add_argument("--exit-layers", type=int, default=d.exit_layers, help="target layers the draft shares")
     parser.add_argument("--frequent-tokens", type=int, default=d.frequent_tokens, help="tokens the draft proposes")
-    parser.add_argument("--tokens", type=int, default=d.tokens, help="training tokens (teacher positions)")
+    parser.add_argument("--prompts", type=int, default=d.prompts, help="training prompts per dataset, at most")
+    parser.add_argument("--new-tokens", type=int, default=d.new_tokens, help="tokens the target samples per prompt")
+    parser.add_argument("--context", type=int, default=d.context, help="prompt tokens the student sees before them")
     parser.add_argument("--epochs", type=int, default=d.epochs)
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--threads", type=int, default=d.threads)
@@ -506,13 +536,12 @@ def _train_draft(args) -> int:
         print(f"train-draft reads the datasets' local samples: pass --data-dir or set ${DATA_DIR_ENV}")
         return 2
     settings = TrainSettings(exit_layers=args.exit_layers, frequent_tokens=args.frequent_tokens,
-                             tokens=args.tokens, epochs=args.epochs, seed=args.seed, threads=args.threads)
+                             prompts=args.prompts, new_tokens=args.new_tokens, context=args.context,
+                             epochs=args.epochs, seed=args.seed, threads=args.threads)
     pair = load_pair("smollm2", device="cpu")
     draft, report = train_draft(pair.target_model, pair.tokenizer, settings, data_dir)
     report.update(code=code_version(), target=pair.description.split(";")[0],
-                  command="python -m mspec_lab train-draft " + " ".join(f"--{k.replace('_', '-')} {v}"
-                                                                        for k, v in vars(args).items()
-                                                                        if k not in ("command", "out", "data_dir")))
+                  command=" ".join(["python -m mspec_lab train-draft", *args.argv]))
     save_adapter(draft, args.out, report)
     print(f"wrote {args.out}")
     return 0
@@ -555,6 +584,9 @@ COMMANDS = {
     "paper-run": Command("the numbers of the reproducing-the-paper chapter, into one results file "
                          "(results/offline_default/paper_run.json)", _paper_run_arguments, _paper_run,
                          MODELS + PROGRESS),
+    "draft-speed": Command("the trained draft's speed-up over plain sampling on this CPU, K = 1, 2, 4 and "
+                           "L = 1..5 (results/offline_default/trained_draft.json)", _draft_speed_arguments,
+                           _draft_speed, MODELS),
     "train-draft": Command("train the small draft of SmolLM2-135M by distillation (mspec_lab/weights/)",
                            _train_draft_arguments, _train_draft, MODELS),
 }

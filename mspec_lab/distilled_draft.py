@@ -30,7 +30,7 @@ from torch import nn
 
 from mspec.lm.models import early_exit_model
 
-__all__ = ["DEFAULT_WEIGHTS", "FrequentTokenHead", "distilled_draft", "load_adapter", "save_adapter"]
+__all__ = ["DEFAULT_WEIGHTS", "FrequentTokenHead", "distilled_draft", "load_adapter", "save_adapter", "weight_share"]
 
 #: the committed weights of the ``"smollm2-distilled"`` preset (adapter, norm, token list) and
 #: their provenance
@@ -98,6 +98,14 @@ def distilled_draft(target, *, exit_layers: int, token_ids: torch.Tensor, adapte
     draft.model.norm = norm
     draft.lm_head = FrequentTokenHead(target.lm_head.weight, token_ids.to(device))
     return draft.eval()
+
+
+def weight_share(draft, target) -> float:
+    """The weights a draft step multiplies per token (its layers and head rows) over a target
+    step's (its layers and full head): the draft step's cost in target steps where weights
+    dominate (a memory-bound GPU)."""
+    mine = sum(p.numel() for p in draft.model.layers.parameters()) + draft.lm_head.rows.numel()
+    return mine / (sum(p.numel() for p in target.model.layers.parameters()) + target.lm_head.weight.numel())
 
 
 def trained_parameters(draft) -> dict[str, nn.Parameter]:

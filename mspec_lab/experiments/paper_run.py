@@ -65,6 +65,7 @@ __all__ = [
     "PaperRunSettings",
     "check_results",
     "choose_temperature",
+    "committed_file",
     "default_results_path",
     "load_results",
     "paper_run",
@@ -485,7 +486,7 @@ def code_version() -> dict:
         try:
             info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                                                 text=True, check=True, timeout=30).stdout.strip()
-            status = subprocess.run(["git", "status", "--porcelain", "--", "mspec"], cwd=root,
+            status = subprocess.run(["git", "status", "--porcelain", "--", "mspec", "mspec_lab"], cwd=root,
                                     capture_output=True, text=True, check=True, timeout=30).stdout
             info["git_dirty"] = bool(status.strip())
         except (OSError, subprocess.SubprocessError):
@@ -524,11 +525,9 @@ def load_results(path: str | Path | None = None, *, check: bool = True) -> dict:
         FileNotFoundError: no such file; the message says how to get it.
         ValueError: another schema, or (``check``) an inconsistent document.
     """
-    path = Path(path) if path is not None else default_results_path()
+    path = Path(path) if path is not None else committed_file(DEFAULT_RESULTS)
     if path.is_dir():
         path = path / DEFAULT_RESULTS.name
-    if not path.is_file() and path == default_results_path():
-        path = _download_committed() or path
     if not path.is_file():
         raise FileNotFoundError(
             f"{path}: no results file. It is committed in the repository ({DEFAULT_RESULTS.as_posix()}): "
@@ -543,9 +542,19 @@ def load_results(path: str | Path | None = None, *, check: bool = True) -> dict:
     return doc
 
 
-def _download_committed() -> Path | None:
-    """The committed results file of the GitHub commit pip installed mspec from, downloaded
-    into the cache; ``None`` when mspec was not installed from GitHub or the download fails."""
+def committed_file(relative: Path) -> Path:
+    """A file committed in the repository (``relative`` to its root): the repository's copy
+    when the package runs from one, else (``pip install`` from git, e.g. on Colab) a copy
+    downloaded once from the commit pip installed, else the repository path (missing)."""
+    import mspec
+
+    path = Path(mspec.__file__).resolve().parents[1] / relative
+    return path if path.is_file() else (_download_committed(relative) or path)
+
+
+def _download_committed(relative: Path) -> Path | None:
+    """The file ``relative`` of the GitHub commit pip installed mspec from, downloaded into the
+    cache; ``None`` when mspec was not installed from GitHub or the download fails."""
     import re
     import urllib.request
     from importlib import metadata
@@ -559,9 +568,9 @@ def _download_committed() -> Path | None:
     if not (repo and commit):
         return None
     cache = Path(os.environ.get("MSPEC_CACHE", Path.home() / ".cache" / "mspec")) / "results" / commit
-    target = cache / DEFAULT_RESULTS.name
+    target = cache / relative.name
     if not target.is_file():
-        url = f"https://raw.githubusercontent.com/{repo[1]}/{commit}/{DEFAULT_RESULTS.as_posix()}"
+        url = f"https://raw.githubusercontent.com/{repo[1]}/{commit}/{relative.as_posix()}"
         try:
             with urllib.request.urlopen(url, timeout=30) as response:
                 data = response.read()
