@@ -57,6 +57,7 @@ class FrequentTokenHead(nn.Module):
         return nn.functional.linear(hidden, self.rows)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits ``(..., V)``: the kept tokens' from :meth:`restricted`, ``-inf`` elsewhere."""
         out = hidden.new_full((*hidden.shape[:-1], self.vocab_size), float("-inf"))
         out[..., self.token_ids] = self.restricted(hidden)
         return out
