@@ -33,7 +33,9 @@ from mspec.lm.models import early_exit_model
 __all__ = ["DEFAULT_WEIGHTS", "FrequentTokenHead", "distilled_draft", "load_adapter", "save_adapter", "weight_share"]
 
 #: the committed weights of the ``"smollm2-distilled"`` preset (adapter, norm, token list) and
-#: their provenance
+#: their provenance: the folder ``weights/smollm2-distilled`` of the installed package
+#:
+#: :meta hide-value:
 DEFAULT_WEIGHTS = Path(__file__).resolve().parent / "weights" / "smollm2-distilled"
 
 
@@ -128,11 +130,12 @@ def save_adapter(draft, directory: str | Path, provenance: dict) -> None:
     (directory / "provenance.json").write_text(json.dumps(provenance, indent=2) + "\n")
 
 
-def load_adapter(directory: str | Path = DEFAULT_WEIGHTS) -> tuple[dict, torch.Tensor, int]:
-    """``(adapter_state, token_ids, exit_layers)`` as :func:`save_adapter` wrote them (float32)."""
+def load_adapter(directory: str | Path | None = None) -> tuple[dict, torch.Tensor, int]:
+    """``(adapter_state, token_ids, exit_layers)`` as :func:`save_adapter` wrote them (float32),
+    from ``directory`` (default: :data:`DEFAULT_WEIGHTS`)."""
     from safetensors import safe_open
 
-    path = Path(directory) / "adapter.safetensors"
+    path = Path(DEFAULT_WEIGHTS if directory is None else directory) / "adapter.safetensors"
     if not path.is_file():
         raise FileNotFoundError(f"no trained draft at {path}; train one with `python -m mspec_lab train-draft`")
     with safe_open(str(path), framework="pt") as f:
