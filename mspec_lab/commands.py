@@ -176,11 +176,11 @@ def _gpu(args) -> int:
 # -- the paper's experiments ---------------------------------------------------------------------
 def _common_arguments(parser, *, datasets: bool = True) -> None:
     """Options every experiment command takes."""
-    from mspec_lab.models import DEFAULT_PRESET, PRESETS
+    from mspec_lab.models import EXPERIMENT_PRESET, PRESETS
 
     d = acc.AcceptanceSettings
-    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=PRESETS,
-                        help=f"model pair (mspec_lab.models.load_pair; default {DEFAULT_PRESET!r}, offline)")
+    parser.add_argument("--preset", default=EXPERIMENT_PRESET, choices=PRESETS,
+                        help=f"model pair (mspec_lab.models.load_pair; default {EXPERIMENT_PRESET!r}, offline)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke test of the pipeline, not results: small settings (fewer prompts, positions, "
                              "tokens, seeds, grid points), minutes on a CPU")
@@ -353,10 +353,10 @@ PAPER_RUN_OUT = "results/offline_default"
 
 def _results_file_arguments(parser, name: str, temperature_help: str, seed: int) -> None:
     """Options of a command that writes a committed results file ``name``."""
-    from mspec_lab.models import DEFAULT_PRESET, PRESETS
+    from mspec_lab.models import EXPERIMENT_PRESET, PRESETS
 
-    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=PRESETS,
-                        help=f"model pair (mspec_lab.models.load_pair; default {DEFAULT_PRESET!r}, offline)")
+    parser.add_argument("--preset", default=EXPERIMENT_PRESET, choices=PRESETS,
+                        help=f"model pair (mspec_lab.models.load_pair; default {EXPERIMENT_PRESET!r}, offline)")
     parser.add_argument("--out", default=PAPER_RUN_OUT,
                         help=f"folder of the results file {name} (default {PAPER_RUN_OUT}/, committed)")
     parser.add_argument("--quick", action="store_true",
@@ -505,6 +505,46 @@ def _draft_speed(args) -> int:
     return 0
 
 
+def _trained_regime_arguments(parser) -> None:
+    from mspec_lab.experiments import paper_run as pr
+    from mspec_lab.experiments.trained_regime import RESULTS_FILE
+
+    d, q = pr.PaperRunSettings, pr.QUICK
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke test of the pipeline, not results: small settings, a minute on a CPU; "
+                             "the results file says so (\"smoke_test\": true)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (torch.set_num_threads); the committed run used 1")
+    parser.add_argument("--data-source", default=None, choices=DATA_SOURCES,
+                        help="where prompts come from (default auto; the committed run: local)")
+    parser.add_argument("--datasets", nargs="+", default=None, choices=DATASETS,
+                        help=f"datasets (default {_words(DATASETS)})")
+    _int_options(parser, d, q, (("--prompts", "prompts", "prompts per dataset"),
+                                ("--positions", "positions", "positions per prompt")))
+    parser.add_argument("--out", default=str(RESULTS_FILE), help="the results file (default %(default)s, committed)")
+
+
+def _trained_regime(args) -> int:
+    from mspec_lab.experiments import paper_run as pr
+    from mspec_lab.experiments import trained_regime as tr
+
+    _smoke_first_line(args)
+    if args.threads is not None:  # the command owns its process, so this is its own setting
+        import torch
+
+        torch.set_num_threads(args.threads)
+    settings = _settings(pr.PaperRunSettings, args, {name: name for name in (
+        "datasets", "data_source", "prompts", "positions")})
+    doc = tr.trained_regime(settings=settings, out=args.out, progress=True,
+                            command=" ".join(["python -m mspec_lab trained-regime", *args.argv]))
+    tr.print_trained_regime(doc)
+    print(f"\nwrote {args.out}")
+    problems = tr.check_trained_regime(doc)
+    for problem in problems:
+        print(f"INCONSISTENT: {problem}")
+    return 1 if problems else 0
+
+
 def _train_draft_arguments(parser) -> None:
     from mspec_lab.distilled_draft import DEFAULT_WEIGHTS
     from mspec_lab.train_draft import TrainSettings
@@ -587,6 +627,9 @@ COMMANDS = {
     "draft-speed": Command("the trained draft's speed-up over plain sampling on this CPU, K = 1, 2, 4 and "
                            "L = 1..5 (results/offline_default/trained_draft.json)", _draft_speed_arguments,
                            _draft_speed, MODELS),
+    "trained-regime": Command("token-level acceptance of the trained draft on the reproducing-the-paper chapter's "
+                              "positions, K = 2, 4, 8 (results/offline_default/trained_regime.json)",
+                              _trained_regime_arguments, _trained_regime, MODELS + PROGRESS),
     "train-draft": Command("train the small draft of SmolLM2-135M by distillation (mspec_lab/weights/)",
                            _train_draft_arguments, _train_draft, MODELS),
 }

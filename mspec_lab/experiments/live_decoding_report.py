@@ -254,9 +254,10 @@ def check_goals(stats: dict, s: DecodingSettings) -> dict:
 
 
 def _print_goals(goals, preset: str, smoke_test: bool = False):
-    from mspec_lab.models import DEFAULT_PRESET
+    from mspec_lab.models import EXPERIMENT_PRESET
 
-    where = "offline default" if preset == DEFAULT_PRESET else f"preset {preset!r}, not the offline default"
+    where = ("the experiments' offline pair" if preset == EXPERIMENT_PRESET
+             else f"preset {preset!r}, not the experiments' offline pair")
     print(f"\n== Goal (a): per round, selection time < {SELECTION_SHARE_GOAL:.0%} of one target forward pass for "
           f"K <= {SELECTION_GOAL_MAX_K} ({where})")
     for g in sorted(goals["a"], key=lambda g: g["what"]):
