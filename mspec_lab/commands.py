@@ -533,8 +533,10 @@ def _trained_regime(args) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    if args.datasets:  # the paper run's sweep and main datasets are unused here: any of these
+        args.sweep_dataset = args.main_dataset = args.datasets[0]
     settings = _settings(pr.PaperRunSettings, args, {name: name for name in (
-        "datasets", "data_source", "prompts", "positions")})
+        "datasets", "data_source", "prompts", "positions", "sweep_dataset", "main_dataset")})
     doc = tr.trained_regime(settings=settings, out=args.out, progress=True,
                             command=" ".join(["python -m mspec_lab trained-regime", *args.argv]))
     tr.print_trained_regime(doc)

@@ -61,7 +61,7 @@ def stored(folder, names=SWEEP_FILES) -> dict:
 # -- the command line ----------------------------------------------------------------------------
 def test_every_command_is_listed(capsys):
     assert set(COMMANDS) == {"token-level", "optimal", "gpu", "experiments", "acceptance", "decoding", "rounds",
-                             "paper-run", "round-rules", "train-draft", "draft-speed"}
+                             "paper-run", "round-rules", "train-draft", "draft-speed", "trained-regime"}
     with pytest.raises(SystemExit) as stop:
         main(["--help"])
     assert stop.value.code == 0

@@ -44,6 +44,9 @@ def pair_label(pair, draft_temperature: float | None) -> str:
     at = "" if draft_temperature is None else f" at T={draft_temperature:g}"
     if pair.name == "tiny":
         return f"tiny random OPT pair (V={pair.vocab_size}), draft{at}"
+    if pair.name == "smollm2-distilled" and type(getattr(pair.draft_model, "lm_head", None)).__name__ == \
+            "FrequentTokenHead":  # not an early exit asked for with `draft_layers`
+        return f"SmolLM2-135M, trained small draft{at}"
     if pair.name.startswith("smollm2"):
         if pair.same_model:
             return f"SmolLM2-135M, same-weights draft{at}"

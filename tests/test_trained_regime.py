@@ -1,0 +1,101 @@
+"""The trained draft as chapter 9's second regime (:mod:`mspec_lab.experiments.trained_regime`):
+its values recomputed on the tiny pair, its checks catching a broken document, and the committed
+file on the paper run's very prompts and settings."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from mspec_lab.experiments import trained_regime as tr
+from mspec_lab.experiments.acceptance import token_acceptance
+from mspec_lab.experiments.inputs import load_dataset_prompts
+from mspec_lab.experiments.paper_run import PaperRunSettings, _distributions, _prompt_logits, load_results
+from mspec_lab.models import load_pair
+
+QUICK = PaperRunSettings.quick(data_source="builtin", datasets=("xsum", "dolly"), prompts=2, positions=4)
+
+
+@pytest.fixture(scope="module")
+def tiny_doc():
+    pair = load_pair("tiny", device="cpu")
+    return pair, tr.run_trained_regime(pair, QUICK)
+
+
+def test_values_are_the_exact_acceptances_of_the_pairs_positions(tiny_doc):
+    pair, doc = tiny_doc
+    prompt = load_dataset_prompts(pair, "xsum", 1, source="builtin", max_chars=QUICK.max_chars)[0]
+    draft_logits, target_logits, _ = _prompt_logits(pair, prompt, QUICK)
+    draft, target = _distributions(draft_logits, tr.DRAFT_TEMPERATURE), _distributions(target_logits, 1.0)
+    assert doc["check"]["prompt"] == prompt.tag == doc["prompts"]["xsum"][0]
+    for entry in doc["check"]["values"]:
+        expected = [token_acceptance(entry["scheme"], draft=d, target=t, num_drafts=entry["K"])
+                    for d, t in zip(draft, target)][:QUICK.check_positions]
+        assert entry["acceptance"] == pytest.approx(expected, abs=1e-12)
+    assert not tr.check_trained_regime(doc)
+    assert {(r["dataset"], r["scheme"], r["K"]) for r in doc["table3"]} == {
+        (d, s, k) for d in QUICK.datasets for s, k in [("single", 1)] + [(s, k) for k in QUICK.drafts
+                                                                          for s in tr.SCHEMES]}
+
+
+def test_the_optimum_bounds_every_scheme_and_gains_are_paired_differences(tiny_doc):
+    _, doc = tiny_doc
+    means = {(r["dataset"], r["scheme"], r["K"]): r["mean"] for r in doc["table3"]}
+    for (dataset, scheme, k), mean in means.items():
+        if k > 1:
+            assert mean <= means[dataset, "optimal", k] + 1e-9
+    for g in doc["gains"]:
+        assert g["mean"] == pytest.approx(means[g["dataset"], g["scheme"], 8] - means[g["dataset"], g["scheme"], 2])
+
+
+def _spectr_above_optimum(doc):
+    next(r for r in doc["table3"] if r["scheme"] == "spectr" and r["K"] == 2)["mean"] = 2.0
+
+
+def _gain_off(doc):
+    doc["gains"][0]["mean"] += 0.1
+
+
+def _negative_se(doc):
+    doc["table3"][0]["se"] = -1.0
+
+
+@pytest.mark.parametrize("damage, message", [(_spectr_above_optimum, "above the optimum"),
+                                             (_gain_off, "not the difference"), (_negative_se, "s.e.")])
+def test_the_check_catches_a_broken_document(tiny_doc, damage, message):
+    broken = copy.deepcopy(tiny_doc[1])
+    damage(broken)
+    assert any(message in p for p in tr.check_trained_regime(broken))
+
+
+def test_the_committed_file_scores_the_paper_runs_positions():
+    doc, paper_run = tr.load_trained_regime(), load_results()
+    assert not doc["settings"]["smoke_test"] and doc["provenance"]["preset"] == "smollm2-distilled"
+    assert doc["prompts"] == paper_run["prompts"]  # the same prompts, so the same continuations and q
+    for name in ("prompts", "positions", "seed", "max_chars", "data_source", "target_temperature"):
+        assert doc["settings"][name] == paper_run["settings"][name], name
+    assert tuple(doc["settings"]["drafts"]) == tuple(paper_run["settings"]["drafts"])
+    n = {r["n"] for r in doc["table3"] if r["dataset"] == "xsum"}
+    assert n == {r["n"] for r in paper_run["table3"] if r["dataset"] == "xsum"}  # as many positions
+    assert np.isfinite([r["mean"] for r in doc["table3"]]).all()
+
+
+def test_a_missing_file_says_how_to_write_one(tmp_path):
+    with pytest.raises(FileNotFoundError, match="trained-regime --out"):
+        tr.load_trained_regime(tmp_path / "none.json")
+
+
+@pytest.mark.slow
+def test_the_command_writes_a_smoke_test_file(tmp_path, capsys):
+    from mspec_lab.cli import main
+
+    out = tmp_path / "trained_regime.json"
+    argv = ["trained-regime", "--quick", "--data-source", "builtin", "--datasets", "xsum", "--prompts", "1",
+            "--positions", "3", "--threads", "1", "--out", str(out)]
+    assert main(argv) == 0
+    doc = tr.load_trained_regime(out)
+    assert doc["settings"]["smoke_test"] and doc["provenance"]["preset"] == "smollm2-distilled"
+    assert doc["provenance"]["label"] == "SmolLM2-135M, trained small draft"
+    assert doc["provenance"]["command"] == "python -m mspec_lab trained-regime " + " ".join(argv[1:])
+    printed = capsys.readouterr().out
+    assert "SMOKE TEST" in printed and "gain K=2->8" in printed
