@@ -71,6 +71,7 @@ def test_the_check_catches_a_broken_document(tiny_doc, damage, message):
 def test_the_committed_file_scores_the_paper_runs_positions():
     doc, paper_run = tr.load_trained_regime(), load_results()
     assert not doc["settings"]["smoke_test"] and doc["provenance"]["preset"] == "smollm2-distilled"
+    assert doc["provenance"]["label"] == "SmolLM2-135M, trained small draft"
     assert doc["prompts"] == paper_run["prompts"]  # the same prompts, so the same continuations and q
     for name in ("prompts", "positions", "seed", "max_chars", "data_source", "target_temperature"):
         assert doc["settings"][name] == paper_run["settings"][name], name
