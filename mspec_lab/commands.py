@@ -351,14 +351,9 @@ def _experiments(args) -> int:
 PAPER_RUN_OUT = "results/offline_default"
 
 
-def _results_file_arguments(parser, name: str, temperature_help: str, seed: int) -> None:
-    """Options of a command that writes a committed results file ``name``."""
-    from mspec_lab.models import EXPERIMENT_PRESET, PRESETS
-
-    parser.add_argument("--preset", default=EXPERIMENT_PRESET, choices=PRESETS,
-                        help=f"model pair (mspec_lab.models.load_pair; default {EXPERIMENT_PRESET!r}, offline)")
-    parser.add_argument("--out", default=PAPER_RUN_OUT,
-                        help=f"folder of the results file {name} (default {PAPER_RUN_OUT}/, committed)")
+def _run_options(parser) -> None:
+    """``--quick``, ``--threads``, ``--data-source`` and ``--datasets`` of a command that writes a
+    committed results file."""
     parser.add_argument("--quick", action="store_true",
                         help="a smoke test of the pipeline, not results: small settings, a minute or two on a CPU; "
                              "the results file says so (\"smoke_test\": true)")
@@ -368,6 +363,17 @@ def _results_file_arguments(parser, name: str, temperature_help: str, seed: int)
                         help="where prompts come from (default auto; the committed run: local)")
     parser.add_argument("--datasets", nargs="+", default=None, choices=DATASETS,
                         help=f"datasets (default {_words(DATASETS)})")
+
+
+def _results_file_arguments(parser, name: str, temperature_help: str, seed: int) -> None:
+    """Options of a command that writes a committed results file ``name``."""
+    from mspec_lab.models import EXPERIMENT_PRESET, PRESETS
+
+    parser.add_argument("--preset", default=EXPERIMENT_PRESET, choices=PRESETS,
+                        help=f"model pair (mspec_lab.models.load_pair; default {EXPERIMENT_PRESET!r}, offline)")
+    parser.add_argument("--out", default=PAPER_RUN_OUT,
+                        help=f"folder of the results file {name} (default {PAPER_RUN_OUT}/, committed)")
+    _run_options(parser)
     parser.add_argument("--draft-temperature", type=float, default=None, help=temperature_help)
     parser.add_argument("--seed", type=int, default=None, help=f"base seed (default {seed})")
 
@@ -510,15 +516,7 @@ def _trained_regime_arguments(parser) -> None:
     from mspec_lab.experiments.trained_regime import RESULTS_FILE
 
     d, q = pr.PaperRunSettings, pr.QUICK
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke test of the pipeline, not results: small settings, a minute on a CPU; "
-                             "the results file says so (\"smoke_test\": true)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (torch.set_num_threads); the committed run used 1")
-    parser.add_argument("--data-source", default=None, choices=DATA_SOURCES,
-                        help="where prompts come from (default auto; the committed run: local)")
-    parser.add_argument("--datasets", nargs="+", default=None, choices=DATASETS,
-                        help=f"datasets (default {_words(DATASETS)})")
+    _run_options(parser)
     _int_options(parser, d, q, (("--prompts", "prompts", "prompts per dataset"),
                                 ("--positions", "positions", "positions per prompt")))
     parser.add_argument("--out", default=str(RESULTS_FILE), help="the results file (default %(default)s, committed)")
