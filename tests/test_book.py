@@ -44,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -568,3 +569,25 @@ def test_checks_catch_crafted_figures(site, browser):
 if __name__ == "__main__":  # print the word counts
     for page, n in word_counts().items():
         print(f"{n:6,d}  {page}")
+
+
+def test_the_website_ships_no_build_error_logs(site):
+    """myst-nb writes a failed notebook's log under the output folder; the book's extension
+    moves it out to ``_build/reports``, so no reader downloads a build's error log."""
+    assert not (HTML / "reports").exists()
+    assert not list(HTML.rglob("*.err.log"))
+
+
+def test_the_extension_moves_execution_reports_out_of_the_site(tmp_path):
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    try:
+        import mspec_book_assets as ext
+    finally:
+        sys.path.pop(0)
+    log = tmp_path / "html" / "reports" / "notebooks" / "09.err.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("CellExecutionError")
+    app = types.SimpleNamespace(outdir=str(tmp_path / "html"), builder=types.SimpleNamespace(format="html"))
+    ext._move_reports(app, None)
+    assert not (tmp_path / "html" / "reports").exists()
+    assert (tmp_path / "reports" / "notebooks" / "09.err.log").read_text() == "CellExecutionError"

@@ -15,6 +15,10 @@ from mspec.lm import decoding
 from mspec.schemes import registry
 from mspec.lm.decoding import autoregressive_generate, generate_with_baselines, speculative_generate
 from mspec.rounds import make_round_rule
+from mspec_lab.rounding import logit_tolerance
+
+# runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
+pytestmark = pytest.mark.model
 
 torch.set_num_threads(1)
 
@@ -55,14 +59,18 @@ def test_cached_logits_equal_full_recomputation(models, monkeypatch):
     draft_model, target_model = models
     calls = {"n": 0, "rows": set()}
     forward = decoding._CachedModel.forward
+    exact_models = {}
 
     def checked_forward(self, input_ids, last=1):
         before = self.tokens
         logits = forward(self, input_ids, last)
+        ids = torch.cat([before, input_ids], dim=1)
         with torch.no_grad():
-            full = self.model(input_ids=torch.cat([before, input_ids], dim=1)).logits.double()
+            full = self.model(input_ids=ids).logits.double()
         assert logits.shape == (input_ids.shape[0], last, 8)
-        assert torch.allclose(logits, full[:, -last:], atol=1e-5)
+        # two float32 paths (cache, none): within float32 rounding, measured (mspec_lab.rounding)
+        exact = exact_models.setdefault(id(self.model), copy.deepcopy(self.model).double())
+        assert (logits - full[:, -last:]).abs().max() <= logit_tolerance(self.model, ids, exact)
         calls["n"] += 1
         calls["rows"].add(input_ids.shape[0])
         return logits

@@ -12,6 +12,7 @@
 * the same seed gives the same tokens as before these inputs existed (recorded runs).
 """
 
+import copy
 import warnings
 
 import pytest
@@ -22,6 +23,10 @@ from transformers import BatchEncoding, MistralConfig, MistralForCausalLM, PreTr
 from mspec.lm import decoding
 from mspec.lm.decoding import autoregressive_generate, speculative_generate
 from mspec.lm.models import tiny_model
+from mspec_lab.rounding import logit_tolerance
+
+# runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
+pytestmark = pytest.mark.model
 
 torch.set_num_threads(1)
 
@@ -233,13 +238,17 @@ def test_sliding_window_models_decode_with_exact_cached_logits(monkeypatch):
     and rounds that accept all: every cached forward pass equals a full recomputation."""
     target, draft = tiny_mistral(0), tiny_mistral(1)
     forward, worst, rows = decoding._CachedModel.forward, [0.0], set()
+    exact = {id(m): copy.deepcopy(m).double() for m in (target, draft)}
 
     def checked_forward(self, input_ids, last=1):
         before = self.tokens
         logits = forward(self, input_ids, last)
+        ids = torch.cat([before, input_ids], dim=1)
         with torch.no_grad():
-            full = self.model(input_ids=torch.cat([before, input_ids], dim=1)).logits.double()
-        worst[0] = max(worst[0], float((logits - full[:, -last:]).abs().max()))
+            full = self.model(input_ids=ids).logits.double()
+        # the difference as a share of float32 rounding, measured (mspec_lab.rounding)
+        tolerance = logit_tolerance(self.model, ids, exact[id(self.model)])
+        worst[0] = max(worst[0], float((logits - full[:, -last:]).abs().max()) / tolerance)
         rows.add(input_ids.shape[0])
         return logits
 
@@ -250,7 +259,7 @@ def test_sliding_window_models_decode_with_exact_cached_logits(monkeypatch):
         assert len(result.token_ids) == 40
         accepted = [r.accepted_length for r in result.rounds]
         assert 0 in accepted and 3 in accepted
-    assert worst[0] < 1e-4 and 3 in rows
+    assert worst[0] <= 1 and 3 in rows
 
 
 def test_cache_layers_that_cannot_roll_back_are_refused():

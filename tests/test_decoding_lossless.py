@@ -19,6 +19,9 @@ from mspec.lm.decoding import speculative_generate
 from mspec.distributions import distribution_from_logits
 from mspec.schemes.selection import Selection, SelectionScheme, sample_index
 
+# runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
+pytestmark = pytest.mark.model
+
 torch.set_num_threads(1)
 
 PROMPT = [2]

@@ -31,6 +31,9 @@ from mspec_lab.experiments.paired_schemes import RoundsSettings
 from mspec_lab.experiments.report import SMOKE_TEST_BANNER, SMOKE_TEST_LINE
 from mspec_lab.experiments.results import ResultTable, RowBudget, StopSweep, mean_se
 
+# runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
+pytestmark = pytest.mark.model
+
 ROOT = Path(__file__).resolve().parents[1]
 # tiny settings: a few seconds per full sweep
 COMMON = ["--preset", "tiny", "--quick", "--threads", "1"]

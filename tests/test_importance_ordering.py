@@ -43,6 +43,7 @@ def test_is_acceptance_never_falls_as_drafts_are_added():
     assert accs == sorted(accs)
 
 
+@pytest.mark.model  # runs SmolLM2: on both kernel paths in CI
 def test_is_ahead_of_spectr_on_real_language_model_distributions():
     # Table 3's ordering on the offline default (SmolLM2-135M; draft = the same weights at
     # temperature 1.5) along a real Dolly prompt, mean over 12 positions: IS >= SpecTr >=

@@ -368,6 +368,7 @@ def test_bad_input_and_registry():
         OptimalSelection(draft=[0.5, 0.5], target=[0.6, 0.4], num_drafts=2, atoms="buckets").order
 
 
+@pytest.mark.model  # runs SmolLM2: on both kernel paths in CI
 def test_real_language_model_distributions():
     # Next-token distributions of the offline default (SmolLM2-135M; the draft is the same
     # weights at temperature 1.5) along a real prompt: acceptance == the closed form, never

@@ -6,6 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
+pytestmark = pytest.mark.model
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 

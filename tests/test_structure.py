@@ -273,3 +273,38 @@ def test_no_words_about_how_work_was_assigned(path):
         return
     hits = assignment_words(text)
     assert not hits, f"{_rel(path)} speaks of how the work was assigned ({', '.join(hits)}); state the mathematics instead"
+
+
+
+#: what makes a test model-dependent: it runs a language model or torch kernels
+MODEL_SIGNS = re.compile(r"^\s*(import torch|from torch)|importorskip\(\"torch\"\)|load_pair\(|ForCausalLM",
+                         re.MULTILINE)
+MODEL_MARK = "pytestmark = pytest.mark.model"
+
+
+def unmarked_model_tests(source: str) -> list[str]:
+    """Tests of a module that run models but are not marked ``model`` (by the module's
+    ``pytestmark`` or their own ``@pytest.mark.model``); ``["<module>"]`` when the module's
+    own imports need the module mark."""
+    if MODEL_MARK in source:
+        return []
+    tree = ast.parse(source)
+    top = "\n".join(ast.get_source_segment(source, n) for n in tree.body
+                    if isinstance(n, (ast.Import, ast.ImportFrom)))
+    if MODEL_SIGNS.search(top):
+        return ["<module>"]
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+            and MODEL_SIGNS.search(ast.get_source_segment(source, n))
+            and "pytest.mark.model" not in [ast.unparse(d) for d in n.decorator_list]]
+
+
+def test_every_model_dependent_test_is_marked_for_the_second_kernel_path():
+    """CI runs the tests marked ``model`` again on other CPU kernels (``.ci/run``): a test
+    that runs a model or torch kernels is marked, by its module or by itself."""
+    unmarked = {p.name: found for p in sorted((ROOT / "tests").glob("test_*.py"))
+                if (found := unmarked_model_tests(p.read_text()))}
+    assert not unmarked, f"mark these with `{MODEL_MARK}` or `@pytest.mark.model`: {unmarked}"
+    # the rule can fire, both ways
+    assert unmarked_model_tests("import torch\n") == ["<module>"]
+    assert unmarked_model_tests("def test_a():\n    load_pair('tiny')\n") == ["test_a"]
+    assert not unmarked_model_tests("@pytest.mark.model\ndef test_a():\n    load_pair('tiny')\n")

@@ -13,6 +13,9 @@ from mspec_lab.experiments.inputs import load_dataset_prompts
 from mspec_lab.experiments.paper_run import PaperRunSettings, _distributions, _prompt_logits, load_results
 from mspec_lab.models import load_pair
 
+# runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
+pytestmark = pytest.mark.model
+
 QUICK = PaperRunSettings.quick(data_source="builtin", datasets=("xsum", "dolly"), prompts=2, positions=4)
 
 

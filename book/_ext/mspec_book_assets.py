@@ -9,6 +9,9 @@
   package ``django-static-mathjax`` (module ``mathjax``), ``node_modules/mathjax`` in the
   repository and the global npm root. Without MathJax the build fails with a message
   saying how to install it;
+* moves the notebook execution reports (``reports/*.err.log``, written by myst-nb when a
+  notebook cell fails) out of the website into ``_build/reports``: a reader never gets a
+  build's error log, and the build says where it went;
 * puts the repository root first on ``sys.path`` and ``PYTHONPATH`` so that autodoc and
   the executed notebooks document *this* checkout of ``mspec``.
 """
@@ -109,6 +112,19 @@ def _check_mathjax(app):
         raise RuntimeError(MATHJAX_MISSING)
 
 
+def _move_reports(app, exception):
+    """Keep myst-nb's execution error logs out of the website (they go to ``_build/reports``)."""
+    reports = Path(app.outdir) / "reports"
+    if app.builder.format != "html" or not reports.is_dir():
+        return
+    target = Path(app.outdir).parent / "reports"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.move(str(reports), str(target))
+    logs = sorted(str(p.relative_to(target)) for p in target.rglob("*.log"))
+    if logs:
+        print(f"notebook execution reports moved out of the website to {target}: {', '.join(logs)}")
+
+
 def setup(app):
     root = str(REPO_ROOT)
     if root not in sys.path:
@@ -120,4 +136,5 @@ def setup(app):
     app.connect("html-page-context", _plotly_on_page)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     app.connect("build-finished", _copy_assets)
+    app.connect("build-finished", _move_reports)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

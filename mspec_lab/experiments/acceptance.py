@@ -46,7 +46,7 @@ from mspec_lab.experiments.report import (ORDERING_NOTE, SMOKE_TEST_LINE, fmt, f
 from mspec_lab.experiments.results import ResultTable, RowBudget, mean_se
 
 __all__ = ["AcceptanceRun", "AcceptanceSettings", "TABLE3_ROWS", "check_ordering", "collect_distributions",
-           "collect_logits",
+           "collect_logits", "FileCheck", "check_against_file",
            "print_table3", "report_acceptance", "run_acceptance", "summarize", "token_acceptance"]
 
 #: rows of our Table 3, in print order: the compared schemes, then one draft for reference
@@ -220,6 +220,82 @@ def token_acceptance(scheme: str, *, draft, target, num_drafts: int, params: dic
     if scheme == "single":
         return make_scheme("single", draft=draft, target=target).acceptance()
     return make_scheme(scheme, draft=draft, target=target, num_drafts=num_drafts, **(params or {})).acceptance()
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """A results file's stored acceptances recomputed on this machine (:func:`check_against_file`).
+
+    Attributes:
+        recomputed: how many acceptances were recomputed.
+        worst: the largest difference from the file.
+        worst_share: the largest difference divided by its float32 bound
+            (:func:`mspec_lab.rounding.acceptance_tolerance`); at most 1 when the file holds.
+        draft_error, target_error: this machine's float32 rounding of the draft and target
+            logits (:func:`mspec_lab.rounding.logit_rounding_error`).
+        target_logits: the float32 target logits ``(n, V)``, as float64.
+    """
+
+    recomputed: int
+    worst: float
+    worst_share: float
+    draft_error: float
+    target_error: float
+    target_logits: object
+
+    @property
+    def holds(self) -> bool:
+        """Whether every difference is within its float32 bound."""
+        return self.worst_share <= 1.0
+
+
+def check_against_file(pair, exact_pair, prompt_ids, values, *, target_temperature: float,
+                       seed: int, draft_temperature: float | None = None,
+                       params: dict | None = None) -> FileCheck:
+    """Recompute a results file's acceptances and compare them within float32 rounding.
+
+    The file was computed in float32 on another machine, so its values may differ from
+    this machine's by float32 rounding, never more: each difference is held to
+    :func:`mspec_lab.rounding.acceptance_tolerance`, with this machine's rounding measured
+    against ``exact_pair`` (the same models in float64).
+
+    Args:
+        pair: the file's :class:`~mspec.lm.models.ModelPair`, in float32.
+        exact_pair: the same pair loaded with ``dtype=torch.float64``.
+        prompt_ids: the file's first prompt.
+        values: the file's check values: dicts with ``scheme``, ``K``, ``acceptance`` (one
+            value per position) and, unless ``draft_temperature`` is given, ``draft_temperature``.
+        target_temperature: temperature of ``q`` and of the sampled continuation.
+        seed: seed of the continuation (as in the file).
+        draft_temperature: one draft temperature for every value, or ``None``.
+        params: parameters of the IS schemes (``"is"``, ``"is-paper"``).
+    """
+    from mspec.distributions import distribution_from_logits
+    from mspec_lab.rounding import acceptance_tolerance, logit_rounding_error
+
+    n = max(len(v["acceptance"]) for v in values)
+    draft_logits, target_logits, continuation = collect_logits(
+        pair, prompt_ids, positions=n, target_temperature=target_temperature, seed=seed)
+    exact_draft, exact_target, _ = collect_logits(
+        exact_pair, prompt_ids, positions=n, target_temperature=target_temperature,
+        continuation=continuation)
+    errors = {"draft_error": logit_rounding_error(draft_logits, exact_draft),
+              "target_error": logit_rounding_error(target_logits, exact_target)}
+    q = distribution_from_logits(target_logits, temperature=target_temperature).numpy()
+    worst = share = 0.0
+    count = 0
+    for v in values:
+        t_p = draft_temperature if draft_temperature is not None else v["draft_temperature"]
+        p = distribution_from_logits(draft_logits, temperature=t_p).numpy()
+        extra = params if v["scheme"] in paper.IS_SCHEMES else None
+        again = [token_acceptance(v["scheme"], draft=p[j], target=q[j], num_drafts=v["K"],
+                                  params=extra) for j in range(len(v["acceptance"]))]
+        diff = float(np.max(np.abs(np.subtract(again, v["acceptance"]))))
+        bound = acceptance_tolerance(**errors, draft_temperature=t_p,
+                                     target_temperature=target_temperature, num_drafts=v["K"])
+        ratio = diff / bound if bound > 0 else (0.0 if diff == 0 else float("inf"))
+        worst, share, count = max(worst, diff), max(share, ratio), count + len(again)
+    return FileCheck(count, worst, share, target_logits=target_logits, **errors)
 
 
 # -- the run -------------------------------------------------------------------------------------
