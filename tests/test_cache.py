@@ -84,14 +84,14 @@ def test_static_cache_holds_the_accepted_prefix_in_every_row(models, monkeypatch
     """Cached logits equal a full recomputation (all K rows), and after each round every row
     of every layer holds the same keys and values, bit for bit, up to the kept length."""
     draft_model, target_model = models
-    forward, keep = decoding._CachedModel.forward, decoding._StaticCachedModel.keep
+    forward, keep = decoding.CachedModel.forward, decoding.StaticCachedModel.keep
     seen = {"forward": 0, "keep": 0}
     exact_models = {}
 
     def checked_forward(self, input_ids, last=1):
         before = self.tokens
         logits = forward(self, input_ids, last)
-        if isinstance(self, decoding._StaticCachedModel):
+        if isinstance(self, decoding.StaticCachedModel):
             ids = torch.cat([before, input_ids], dim=1)
             with torch.no_grad():
                 full = self.model(input_ids=ids).logits.double()
@@ -113,8 +113,8 @@ def test_static_cache_holds_the_accepted_prefix_in_every_row(models, monkeypatch
                 assert all(torch.equal(buffer[r, :, :length], buffer[0, :, :length]) for r in range(3))
         seen["keep"] += 1
 
-    monkeypatch.setattr(decoding._CachedModel, "forward", checked_forward)
-    monkeypatch.setattr(decoding._StaticCachedModel, "keep", checked_keep)
+    monkeypatch.setattr(decoding.CachedModel, "forward", checked_forward)
+    monkeypatch.setattr(decoding.StaticCachedModel, "keep", checked_keep)
     result = speculative_generate([2, 5, 3], draft_model=draft_model, target_model=target_model, num_drafts=3,
                                   draft_length=3, max_new_tokens=30, generator=3, draft_cache="static",
                                   eos_token_id=False)
@@ -181,8 +181,8 @@ def test_compiled_draft_step_runs_decoding_steps_as_one_graph(models, monkeypatc
 
         return step
 
-    monkeypatch.setattr(cache, "_compiled_call", eager_compiled_call)
-    monkeypatch.setattr(decoding, "_check_compilable", lambda draft_model, draft_cache: None)
+    monkeypatch.setattr(cache, "compiled_call", eager_compiled_call)
+    monkeypatch.setattr(decoding, "check_compilable", lambda draft_model, draft_cache: None)
     try:
         compiled = speculative_generate([2, 5, 3], draft_model=draft_model, target_model=target_model,
                                         draft_cache="static", compile_draft=True, **case)
@@ -202,7 +202,7 @@ def test_compiled_call_is_transformers_own():
     from transformers import CompileConfig
 
     model = tiny_opt(0)
-    step = decoding._compiled_call(model)
+    step = decoding.compiled_call(model)
     assert CompileConfig().mode == "reduce-overhead"
     assert model.get_compiled_call(CompileConfig()) is step
     assert step._torchdynamo_orig_callable == model.__call__

@@ -58,7 +58,7 @@ def test_cached_logits_equal_full_recomputation(models, monkeypatch):
     """Every cached forward pass (both models, all K rows) equals a forward pass without cache."""
     draft_model, target_model = models
     calls = {"n": 0, "rows": set()}
-    forward = decoding._CachedModel.forward
+    forward = decoding.CachedModel.forward
     exact_models = {}
 
     def checked_forward(self, input_ids, last=1):
@@ -75,7 +75,7 @@ def test_cached_logits_equal_full_recomputation(models, monkeypatch):
         calls["rows"].add(input_ids.shape[0])
         return logits
 
-    monkeypatch.setattr(decoding._CachedModel, "forward", checked_forward)
+    monkeypatch.setattr(decoding.CachedModel, "forward", checked_forward)
     result = speculative_generate(
         [2, 5, 3], draft_model=draft_model, target_model=target_model, num_drafts=3, draft_length=3,
         max_new_tokens=30, generator=3, eos_token_id=False,  # no end-of-sequence: run all 30 tokens
@@ -90,14 +90,14 @@ def test_caches_hold_the_accepted_prefix(models, monkeypatch):
     """After each round both batch-1 caches hold a prefix of prompt + output."""
     draft_model, target_model = models
     kept = []
-    keep = decoding._CachedModel.keep
+    keep = decoding.CachedModel.keep
 
     def recording_keep(self, row, length):
         keep(self, row, length)
         kept.append(self.tokens[0].tolist())
         assert self.cache.get_seq_length() == self.tokens.shape[1] == length
 
-    monkeypatch.setattr(decoding._CachedModel, "keep", recording_keep)
+    monkeypatch.setattr(decoding.CachedModel, "keep", recording_keep)
     prompt = [4, 1]
     result = speculative_generate(prompt, draft_model=draft_model, target_model=target_model,
                                   num_drafts=2, draft_length=4, max_new_tokens=25, generator=0)

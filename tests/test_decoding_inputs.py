@@ -237,7 +237,7 @@ def test_sliding_window_models_decode_with_exact_cached_logits(monkeypatch):
     """Prompts longer than the window, rounds that reject (the caches roll back past the window)
     and rounds that accept all: every cached forward pass equals a full recomputation."""
     target, draft = tiny_mistral(0), tiny_mistral(1)
-    forward, worst, rows = decoding._CachedModel.forward, [0.0], set()
+    forward, worst, rows = decoding.CachedModel.forward, [0.0], set()
     exact = {id(m): copy.deepcopy(m).double() for m in (target, draft)}
 
     def checked_forward(self, input_ids, last=1):
@@ -252,7 +252,7 @@ def test_sliding_window_models_decode_with_exact_cached_logits(monkeypatch):
         rows.add(input_ids.shape[0])
         return logits
 
-    monkeypatch.setattr(decoding._CachedModel, "forward", checked_forward)
+    monkeypatch.setattr(decoding.CachedModel, "forward", checked_forward)
     for prompt in ([3, 4], list(range(2, 12))):
         result = speculative_generate(prompt, draft_model=draft, target_model=target, num_drafts=3, draft_length=3,
                                       max_new_tokens=40, eos_token_id=False, generator=0)

@@ -153,7 +153,7 @@ def test_every_scheme_decodes_a_prompt(pair, scheme):
 def test_cached_logits_equal_full_recomputation(pair, monkeypatch):
     """Every cached forward pass (both models, all K rows) equals one without a cache, in the
     pair's dtype (within its rounding, measured against float64: mspec_lab.rounding)."""
-    forward = decoding._CachedModel.forward
+    forward = decoding.CachedModel.forward
     calls = {"n": 0, "rows": set(), "worst": 0.0}
     exact = {id(m): copy.deepcopy(m).double() for m in (pair.draft_model, pair.target_model)}
 
@@ -170,7 +170,7 @@ def test_cached_logits_equal_full_recomputation(pair, monkeypatch):
         calls["rows"].add(input_ids.shape[0])
         return logits
 
-    monkeypatch.setattr(decoding._CachedModel, "forward", checked_forward)
+    monkeypatch.setattr(decoding.CachedModel, "forward", checked_forward)
     result = speculative_generate(pair.tokenizer(PROMPT_TEXT)["input_ids"], draft_model=pair.draft_model,
                                   target_model=pair.target_model, num_drafts=3, draft_length=3,
                                   max_new_tokens=24, generator=3)
@@ -213,7 +213,7 @@ def test_keep_selects_the_row_with_a_cpu_index(monkeypatch):
     any device (with device_map="auto" layers live on several GPUs; a CUDA index only works on
     its own GPU)."""
     model = tiny_opt(0, VOCAB)
-    cached = decoding._CachedModel(model)
+    cached = decoding.CachedModel(model)
     with torch.no_grad():
         cached.forward(torch.tensor([[2, 5, 7, 9]]))
         cached.expand(3)
@@ -237,17 +237,17 @@ def test_keep_selects_the_row_with_a_cpu_index(monkeypatch):
 
 
 def test_default_generator_lives_on_the_draft_models_device():
-    gen = decoding._check_generator(5, torch.device("cpu"))
+    gen = decoding.check_generator(5, torch.device("cpu"))
     assert gen.device == torch.device("cpu") and gen.initial_seed() == 5
-    assert decoding._check_generator(None, "cpu").device == torch.device("cpu")
-    assert decoding._check_generator(3, "meta").device == torch.device("cpu")  # no meta generators
+    assert decoding.check_generator(None, "cpu").device == torch.device("cpu")
+    assert decoding.check_generator(3, "meta").device == torch.device("cpu")  # no meta generators
     given = torch.Generator()
-    assert decoding._check_generator(given, "meta") is given
+    assert decoding.check_generator(given, "meta") is given
     with pytest.raises(ValueError, match="generator"):
-        decoding._check_generator(True)
+        decoding.check_generator(True)
     # the decoder asks for one on the draft's device (CPU here); an int seed stays reproducible
     seen = []
-    check = decoding._check_generator
+    check = decoding.check_generator
 
     def spy(generator, device=None):
         seen.append(device)
@@ -255,7 +255,7 @@ def test_default_generator_lives_on_the_draft_models_device():
 
     draft_model, target_model = tiny_opt(1, VOCAB), tiny_opt(0, VOCAB)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(decoding, "_check_generator", spy)
+        mp.setattr(decoding, "check_generator", spy)
         a = speculative_generate([2, 5], draft_model=draft_model, target_model=target_model, max_new_tokens=8, generator=9)
     b = speculative_generate([2, 5], draft_model=draft_model, target_model=target_model, max_new_tokens=8, generator=9)
     assert seen == [torch.device("cpu")] and a.token_ids == b.token_ids

@@ -17,8 +17,8 @@ import mspec
 from mspec.schemes.closed_form import optimal_acceptance
 from mspec.schemes.exact import output_distribution
 from mspec.schemes.optimal_selection import OptimalSelection
-from mspec.schemes.optimal_selection.pool import ALL_EDGES_BELOW, _PoolPiece
-from mspec.schemes.optimal_selection.roots import _power_root
+from mspec.schemes.optimal_selection.pool import ALL_EDGES_BELOW, PoolPiece
+from mspec.schemes.optimal_selection.roots import power_root
 
 
 def softmax(z):
@@ -148,7 +148,6 @@ def test_power_root_where_powers_underflow():
     # ZeroDivisionError on the scalar path, NaN on the vector one); the roots must stay
     # finite and on their branch, with no warning. Where nothing underflows they must be
     # relatively exact however small u is (steps count relative to u, not to 1/2).
-    power_root = _power_root
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for rhs, g, k, start in [(5e-324, 0.0, 16, 6e-21), (-1e-300, 1e-310, 16, 1e-21), (1e-310, 0.0, 9, 1e-35),
@@ -312,7 +311,7 @@ def test_forced_fallback_is_recorded_and_exact(k):
         law, accept = output_distribution(forced)
         np.testing.assert_allclose(law, target, atol=1e-12)
         assert accept == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=k), abs=1e-12)
-        pool = [j for j in range(plain.blocks.size - 1) if isinstance(plain._piece(j), _PoolPiece)]
+        pool = [j for j in range(plain.blocks.size - 1) if isinstance(plain._piece(j), PoolPiece)]
         assert plain.fallbacks == []
         assert len([f for f in forced.fallbacks if "slots and pool -> greedy" in f]) == len(pool)
         assert all(forced.realisation(t) in ("greedy", "rest", "none") for t in range(4))
@@ -339,7 +338,7 @@ def test_lazy_pieces_are_certified_atom_by_atom():
     tokens = extreme_tokens(rng, draft, target, count=20)
     plain = OptimalSelection(draft=draft, target=target, num_drafts=4, atoms="tokens")
     check_rule(plain, rng, samples=300, law_tokens=tokens)
-    lazy = [pc for pc in plain._pieces.values() if isinstance(pc, _PoolPiece) and pc.lazy]
+    lazy = [pc for pc in plain._pieces.values() if isinstance(pc, PoolPiece) and pc.lazy]
     assert lazy and all(pc.n > ALL_EDGES_BELOW and pc.checked for pc in lazy)
     assert plain.fallbacks == []
     tuple_ = rng.choice(tokens, size=4)
@@ -347,5 +346,5 @@ def test_lazy_pieces_are_certified_atom_by_atom():
     forced = OptimalSelection(draft=draft, target=target, num_drafts=4, atoms="tokens", certify_tolerance=-1.0)
     check_rule(forced, rng, samples=300, law_tokens=tokens)
     assert any("slots and pool -> greedy" in f for f in forced.fallbacks)
-    assert not any(isinstance(pc, _PoolPiece) for pc in forced._pieces.values())
+    assert not any(isinstance(pc, PoolPiece) for pc in forced._pieces.values())
     assert forced.conditional(tuple_)[0].sum() == pytest.approx(1.0, abs=1e-12)  # (another law given the drafts)

@@ -232,7 +232,7 @@ def test_runs_of_shells_tile_as_the_reference_does(temperature):
     # LM-shaped pairs whose largest piece holds ~3000 tokens: deep inside it the fast greedy
     # solves runs of shells together. Every sampled token's key law has the reference's
     # length and nu-mass, and drafts of them are selected with the reference's probabilities.
-    from mspec.schemes.optimal_selection.runs import _RunPiece
+    from mspec.schemes.optimal_selection.runs import RunPiece
     from mspec_lab.synthetic import lm_like_pair
 
     k = 4
@@ -246,7 +246,7 @@ def test_runs_of_shells_tile_as_the_reference_does(temperature):
     for t in tokens:
         assert key_law_masses(runs, t) == pytest.approx(key_law_masses(reference, t), abs=1e-13)
         assert key_law_masses(reference, t)[1] == pytest.approx(reference.induced[t], abs=1e-13)
-    assert isinstance(runs._piece(j), _RunPiece) and runs._piece(j).runs > 0
+    assert isinstance(runs._piece(j), RunPiece) and runs._piece(j).runs > 0
     rng = np.random.default_rng(3)
     for drafted in rng.choice(tokens, size=(6, k)):
         law, other = runs.selection_law(drafted), reference.selection_law(drafted)

@@ -13,12 +13,12 @@ from mspec.schemes.closed_form import optimal_acceptance
 from mspec.schemes.exact import output_distribution
 from mspec.schemes.optimal_lp import OptimalLP
 from mspec.schemes.optimal_selection import FastPath, OptimalSelection, lex_optimal_induced
-from mspec.schemes.optimal_selection.buckets import BUCKET_BITS, _bucket_level, _bucket_sums, _coarser
-from mspec.schemes.optimal_selection.greedy import _Piece
-from mspec.schemes.optimal_selection.induced import _argsort_positive
-from mspec.schemes.optimal_selection.pool import _PoolPiece
-from mspec.schemes.optimal_selection.roots import _power_root
-from mspec.schemes.optimal_selection.runs import _RunPiece
+from mspec.schemes.optimal_selection.buckets import BUCKET_BITS, bucket_level, bucket_sums, coarser_sums
+from mspec.schemes.optimal_selection.greedy import GreedyPiece
+from mspec.schemes.optimal_selection.induced import argsort_positive
+from mspec.schemes.optimal_selection.pool import PoolPiece
+from mspec.schemes.optimal_selection.roots import power_root
+from mspec.schemes.optimal_selection.runs import RunPiece
 
 from sampling import chi2_pvalue, sample_counts
 from strategies import bucket_case, near_tight_case, optimum_one_case, random_case, tight_bucket_case
@@ -105,7 +105,7 @@ def test_groups_tiled_groups_and_the_greedy_fallback():
     draft, target = np.array([0.08, 0.03, 0.47, 0.21, 0.21]), np.array([0.03, 0.04, 0.14, 0.31, 0.48])
     rule = OptimalSelection(draft=draft, target=target, num_drafts=3)
     pieces = [rule._piece(j) for j in range(rule.blocks.size - 1)]
-    assert any(isinstance(pc, _PoolPiece) and pc.front.group_spans() and pc.back.group_spans() for pc in pieces)
+    assert any(isinstance(pc, PoolPiece) and pc.front.group_spans() and pc.back.group_spans() for pc in pieces)
     law, _ = output_distribution(rule)
     np.testing.assert_allclose(law, target, atol=1e-12)
     assert assert_key_laws_tile(rule, 3, range(5))[2] < 1e-13
@@ -116,7 +116,7 @@ def test_groups_tiled_groups_and_the_greedy_fallback():
         draft, target = np.array(draft), np.array(target)
         rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
         pieces = [rule._piece(j) for j in range(rule.blocks.size - 1)]
-        assert any(isinstance(pc, _PoolPiece) and getattr(pc, side).tiled for pc in pieces)
+        assert any(isinstance(pc, PoolPiece) and getattr(pc, side).tiled for pc in pieces)
         np.testing.assert_allclose(output_distribution(rule)[0], target, atol=1e-12)
         assert assert_key_laws_tile(rule, k, range(draft.size))[2] < 1e-13
     # A tiled group's slot is a piece of its own, realised again by slots and a pool (depth
@@ -130,7 +130,7 @@ def test_groups_tiled_groups_and_the_greedy_fallback():
             assert assert_key_laws_tile(rule, k, range(draft.size))[2] < 1e-13
             np.testing.assert_allclose(output_distribution(rule)[0], target, atol=1e-12)
             tilings = [t for j in range(rule.blocks.size - 1) for t in rule._piece(j)._tilings.values()]
-            assert tilings and all(isinstance(t, _Piece) if forced else isinstance(t, _PoolPiece) and t.depth == 1
+            assert tilings and all(isinstance(t, GreedyPiece) if forced else isinstance(t, PoolPiece) and t.depth == 1
                                    for t in tilings)
     # When slots and a pool do not serve a piece, it falls back to the greedy tiling, still
     # exact (forced here: a negative tolerance fails every certificate of the fast path).
@@ -174,7 +174,7 @@ def test_runs_of_too_long_tokens_are_grouped_at_once(seed):
     rule = OptimalSelection(draft=draft, target=target, num_drafts=4, atoms="tokens")
     pieces = [rule._piece(j) for j in range(rule.blocks.size - 1)]
     attempts = sum(side.group_attempts for pc in pieces for side in (pc.front, pc.back))
-    assert all(isinstance(pc, _PoolPiece) for pc in pieces)
+    assert all(isinstance(pc, PoolPiece) for pc in pieces)
     assert max(e - s for pc in pieces for side in (pc.front, pc.back) for s, e in side.group_spans()) > 50
     assert attempts < 200, attempts
     assert rule.acceptance() == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=4), abs=1e-12)
@@ -194,7 +194,7 @@ def test_slot_edges_are_accurate_even_where_ill_conditioned():
                               (True, near[near > u_star]), (False, near[near < u_star])]:
                 rhs = u**k - g * u
                 for chunk in (rhs, rhs[:5]):  # vectorised and scalar paths
-                    z = _power_root(chunk, g, k, rising, 1.5 if rising else 0.0, steps=12)
+                    z = power_root(chunk, g, k, rising, 1.5 if rising else 0.0, steps=12)
                     zl, r = z.astype(np.longdouble), chunk.astype(np.longdouble)
                     residual = np.abs(zl**k - g * zl - r)
                     assert np.all(residual <= 2e-15 * (np.abs(r) + g * zl + zl**k)), (k, g, rising)
@@ -249,7 +249,7 @@ def test_slots_and_pool_at_full_vocabulary(k):
         tokens = np.unique(rng.choice(draft.size, size=40, p=draft))
         assert_key_laws_tile(rule, k, tokens, atol=1e-14)
         reached = [rule._piece(j) for j in rule._pieces]
-        assert all(isinstance(pc, _PoolPiece) for pc in reached if pc is not None)
+        assert all(isinstance(pc, PoolPiece) for pc in reached if pc is not None)
 
 
 def test_induced_distribution_is_in_the_polytope():
@@ -269,7 +269,7 @@ def test_fast_argsort_of_positive_floats_is_an_exact_sort():
         values = np.exp(rng.normal(0, 30, n))  # 1e-40 .. 1e40
         values[rng.integers(n, size=n // 3)] = values[0]  # many exact ties
         values[: min(n, 3)] = [np.inf, 5e-324, 1.0][: min(n, 3)]  # inf, a denormal
-        order = _argsort_positive(values)
+        order = argsort_positive(values)
         assert np.array_equal(np.sort(order), np.arange(n))  # a permutation
         assert np.array_equal(values[order], np.sort(values))  # sorted exactly
 
@@ -557,7 +557,7 @@ def test_spread_tiles_nearly_tight_groups_token_by_token(k, greedy_inside):
         assert accept == pytest.approx(1.0, abs=1e-12)
         assert assert_key_laws_tile(rule, k, range(draft.size))[2] < 1e-13
         inside = {type(rule.atoms.spread._group_piece(key)) for key in rule.atoms.spread._groups}
-        assert inside == ({_RunPiece} if greedy_inside else {_PoolPiece}), inside
+        assert inside == ({RunPiece} if greedy_inside else {PoolPiece}), inside
         if len(found) == 4:
             break
     assert len(found) == 4
@@ -576,8 +576,8 @@ def test_spread_tries_coarser_buckets_first():
     from mspec_lab.synthetic import lm_like_pair
 
     draft, target = lm_like_pair(50272, seed=0, draft_temperature=1.5)
-    fine = _bucket_sums(target, draft, 6)
-    for got, want in zip(_coarser(fine, 6, 4), _bucket_sums(target, draft, 4)):
+    fine = bucket_sums(target, draft, 6)
+    for got, want in zip(coarser_sums(fine, 6, 4), bucket_sums(target, draft, 4)):
         np.testing.assert_allclose(got, want, rtol=1e-13)  # (masses: sums in another order)
     rule = OptimalSelection(draft=draft, target=target, num_drafts=8)
     assert rule.atoms.spread is not None and rule.atoms.masses.size < fine[1].size / 2  # the coarse units
@@ -642,7 +642,7 @@ def test_split_segments_are_bucketed_again_and_stay_exact():
     for seed, temperature, k in [(1, 0.8, 8), (0, 1.0, 4)]:
         draft, target = lm_like_pair(50272, seed=seed, draft_temperature=temperature)
         rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
-        first = _bucket_level(target, draft, k, 0.0, BUCKET_BITS)
+        first = bucket_level(target, draft, k, 0.0, BUCKET_BITS)
         assert first[6][4].size > 20_000  # the first split covers much of the vocabulary ...
         assert rule.atoms.token_atoms < 100 and rule.atoms.bucket_atoms > 10_000  # ... finer buckets take it
         assert rule.acceptance() == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=k),

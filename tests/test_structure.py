@@ -192,6 +192,40 @@ def test_the_library_is_in_rooms():
         assert (PACKAGE / room / "__init__.py").is_file(), room
 
 
+def private_imports(source: str, packages=PACKAGES) -> list[str]:
+    """Underscore names a module takes from another module of the packages: ``from m import
+    _x``, or ``m._x`` on an imported module ``m`` (dunder names aside)."""
+    tree, modules, found = ast.parse(source), {}, []
+
+    def private(name):
+        return name.startswith("_") and not name.startswith("__")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in packages:
+            for alias in node.names:
+                if private(alias.name):
+                    found.append(f"{node.module}.{alias.name}")
+                modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            modules.update({a.asname or a.name.split(".")[0]: a.name for a in node.names
+                            if a.name.split(".")[0] in packages})
+    found += [f"{modules[n.value.id]}.{n.attr}" for n in ast.walk(tree)
+              if isinstance(n, ast.Attribute) and private(n.attr) and isinstance(n.value, ast.Name)
+              and n.value.id in modules]
+    return found
+
+
+def test_rooms_talk_through_public_names():
+    """No module of the library or the workshop uses an underscore name of another module:
+    what crosses a module's border is public, documented where it lives."""
+    found = {_rel(p): names for p in package_modules().values() if (names := private_imports(p.read_text()))}
+    assert not found, f"make these public (no leading underscore) or keep them in their module: {found}"
+    # the rule can fire, both ways
+    assert private_imports("from mspec.lm.cache import _x\n") == ["mspec.lm.cache._x"]
+    assert private_imports("from mspec.lm import cache\ncache._y()\n") == ["mspec.lm.cache._y"]
+    assert not private_imports("from numpy import _z\nimport mspec\nmspec.__name__\n")
+
+
 def test_modules_and_the_library_are_small():
     sizes = {_rel(p): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     big = {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES}

@@ -10,7 +10,7 @@ import pytest
 from mspec_lab.experiments import trained_regime as tr
 from mspec_lab.experiments.acceptance import token_acceptance
 from mspec_lab.experiments.inputs import load_dataset_prompts
-from mspec_lab.experiments.paper_run import PaperRunSettings, _distributions, _prompt_logits, load_results
+from mspec_lab.experiments.paper_run import PaperRunSettings, distributions_from_logits, prompt_logits, load_results
 from mspec_lab.models import load_pair
 
 # runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
@@ -28,8 +28,8 @@ def tiny_doc():
 def test_values_are_the_exact_acceptances_of_the_pairs_positions(tiny_doc):
     pair, doc = tiny_doc
     prompt = load_dataset_prompts(pair, "xsum", 1, source="builtin", max_chars=QUICK.max_chars)[0]
-    draft_logits, target_logits, _ = _prompt_logits(pair, prompt, QUICK)
-    draft, target = _distributions(draft_logits, tr.DRAFT_TEMPERATURE), _distributions(target_logits, 1.0)
+    draft_logits, target_logits, _ = prompt_logits(pair, prompt, QUICK)
+    draft, target = distributions_from_logits(draft_logits, tr.DRAFT_TEMPERATURE), distributions_from_logits(target_logits, 1.0)
     assert doc["check"]["prompt"] == prompt.tag == doc["prompts"]["xsum"][0]
     for entry in doc["check"]["values"]:
         expected = [token_acceptance(entry["scheme"], draft=d, target=t, num_drafts=entry["K"])

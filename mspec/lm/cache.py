@@ -1,6 +1,6 @@
 """The KV caches of the decoder's models: a batch-1 ``DynamicCache`` expanded to K rows each
-round (:class:`_CachedModel`), or one fixed K-row ``StaticCache`` for the draft, optionally
-with a compiled decoding step (:class:`_StaticCachedModel`); see :mod:`mspec.lm.decoding`."""
+round (:class:`CachedModel`), or one fixed K-row ``StaticCache`` for the draft, optionally
+with a compiled decoding step (:class:`StaticCachedModel`); see :mod:`mspec.lm.decoding`."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ STATIC_CACHE_MULTIPLE = 256
 COMPILED_STEP_WIDTH = 2
 
 
-class _CachedModel:
+class CachedModel:
     """A causal LM with a KV cache of the token ids in ``self.tokens`` (shape ``(B, c)``).
 
     ``tokens`` mirrors what the cache holds, row by row, so tests can check the cached
@@ -31,8 +31,8 @@ class _CachedModel:
 
     def __init__(self, model, cache=None, rows: int = 1):
         self.model = model
-        self.device = _model_device(model)
-        self.cache = _dynamic_cache(model) if cache is None else cache
+        self.device = model_device(model)
+        self.cache = dynamic_cache(model) if cache is None else cache
         # transformers 5 renamed the forward argument `past_key_values` to `cache`
         params = inspect.signature(model.forward).parameters
         self.cache_arg = "cache" if "cache" in params else "past_key_values"
@@ -85,7 +85,7 @@ class _CachedModel:
         self.tokens = self.tokens[row : row + 1, :length]
 
 
-class _StaticCachedModel(_CachedModel):
+class StaticCachedModel(CachedModel):
     """A draft model whose KV cache is one fixed buffer of K rows (``draft_cache="static"``).
 
     Every row holds the accepted prefix at the start of a round, so :meth:`expand` has
@@ -94,21 +94,21 @@ class _StaticCachedModel(_CachedModel):
     """
 
     def __init__(self, model, rows: int, max_length: int, compiled: bool = False):
-        super().__init__(model, cache=_static_cache(model, max_length), rows=rows)
+        super().__init__(model, cache=static_cache(model, max_length), rows=rows)
         self.rows = rows
         self.agreed = 0  # every row holds the same keys and values before this position
         self.position_ids = "position_ids" in inspect.signature(model.forward).parameters
         if compiled:
-            self.compiled_step = _compiled_call(model)
+            self.compiled_step = compiled_call(model)
 
     def forward(self, input_ids: torch.Tensor, last: int = 1) -> torch.Tensor:
-        """As :meth:`_CachedModel.forward`; a one-row input (the prompt) goes to all K rows."""
+        """As :meth:`CachedModel.forward`; a one-row input (the prompt) goes to all K rows."""
         if input_ids.shape[0] == 1 < self.rows:
             input_ids = input_ids.expand(self.rows, -1)
         return super().forward(input_ids.contiguous(), last)  # one memory layout: one compiled graph
 
     def _call_kwargs(self, input_ids: torch.Tensor, last: int) -> dict:
-        """As :meth:`_CachedModel._call_kwargs`, and the positions of ``input_ids``: the
+        """As :meth:`CachedModel._call_kwargs`, and the positions of ``input_ids``: the
         positions a model would compute itself, but from the cache's fill counter, a tensor
         that some models (OPT) read into a Python number, which breaks a compiled graph."""
         kwargs = super()._call_kwargs(input_ids, last)
@@ -138,7 +138,7 @@ class _StaticCachedModel(_CachedModel):
         self.agreed = length
 
 
-def _dynamic_cache(model):
+def dynamic_cache(model):
     """An empty ``DynamicCache`` for ``model`` (with its config: it knows sliding-window layers).
 
     Raises:
@@ -160,7 +160,7 @@ def _dynamic_cache(model):
     return cache
 
 
-def _static_cache(model, max_length: int):
+def static_cache(model, max_length: int):
     """An empty ``StaticCache`` for ``model`` of at least ``max_length`` positions.
 
     Raises:
@@ -181,7 +181,7 @@ def _static_cache(model, max_length: int):
     return cache
 
 
-def _compiled_call(model):
+def compiled_call(model):
     """``model``'s forward compiled as transformers' ``generate`` compiles it for a static
     cache: ``get_compiled_call`` with the default ``CompileConfig`` (torch.compile, mode
     ``"reduce-overhead"``: CUDA graphs)."""
@@ -192,7 +192,7 @@ def _compiled_call(model):
     return torch.compile(model, **CompileConfig().to_dict())
 
 
-def _model_device(model) -> torch.device:
+def model_device(model) -> torch.device:
     device = getattr(model, "device", None)  # transformers models have it
     if isinstance(device, torch.device):
         return device

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 import torch
 
 from mspec.distributions import distribution_from_logits
-from mspec.lm.cache import _model_device
+from mspec.lm.cache import model_device
+from mspec.lm.models import output_vocab_size
 
 
 @dataclass
-class _Settings:
+class DecodeSettings:
     """The checked arguments of one :func:`~mspec.lm.decoding.speculative_generate` call."""
 
     scheme: str | None
@@ -30,9 +31,9 @@ class _Settings:
     eos: frozenset[int]
 
 
-def _check_settings(prompt_ids, draft_model, target_model, *, scheme, num_drafts, draft_length, draft_temperatures,
+def check_settings(prompt_ids, draft_model, target_model, *, scheme, num_drafts, draft_length, draft_temperatures,
                     target_temperature, top_k, top_p, max_new_tokens, eos_token_id, scheme_params,
-                    tokenizer) -> _Settings:
+                    tokenizer) -> DecodeSettings:
     """Check the arguments of :func:`~mspec.lm.decoding.speculative_generate` (same names),
     and gather them; warn when the draft is the target at the target's temperature.
 
@@ -44,15 +45,15 @@ def _check_settings(prompt_ids, draft_model, target_model, *, scheme, num_drafts
     if scheme is not None and (not isinstance(scheme, str) or scheme not in registry.SCHEMES):
         raise ValueError(f"`scheme` must be one of {sorted(registry.SCHEMES)} (or None: the round rule's "
                          f"default), got {scheme!r}")
-    k = _check_int(num_drafts, "num_drafts", "the number of drafts K")
-    big_l = _check_int(draft_length, "draft_length", "the number of drafted tokens L per round")
-    temps = _check_draft_temperatures(draft_temperatures, k)
-    _check_temperature(target_temperature, "target_temperature")
-    max_new = _check_int(max_new_tokens, "max_new_tokens", "the number of tokens to generate")
-    eos = _check_eos(eos_token_id, target_model, tokenizer)
-    prompt = _check_prompt(prompt_ids, tokenizer, _vocab_size(target_model))
-    _check_models(draft_model, target_model, len(prompt) + max_new + big_l - 1)
-    _check_identical(scheme, temps, _vocab_size(target_model))
+    k = check_int(num_drafts, "num_drafts", "the number of drafts K")
+    big_l = check_int(draft_length, "draft_length", "the number of drafted tokens L per round")
+    temps = check_draft_temperatures(draft_temperatures, k)
+    check_temperature(target_temperature, "target_temperature")
+    max_new = check_int(max_new_tokens, "max_new_tokens", "the number of tokens to generate")
+    eos = check_eos(eos_token_id, target_model, tokenizer)
+    prompt = check_prompt(prompt_ids, tokenizer, output_vocab_size(target_model))
+    check_models(draft_model, target_model, len(prompt) + max_new + big_l - 1)
+    _check_identical(scheme, temps, output_vocab_size(target_model))
     sampling = dict(top_k=top_k, top_p=top_p)
     distribution_from_logits(torch.zeros(1), temperature=1.0, **sampling)  # validates top_k / top_p
     if draft_model is target_model and all(t == target_temperature for t in temps):
@@ -60,7 +61,7 @@ def _check_settings(prompt_ids, draft_model, target_model, *, scheme, num_drafts
                       f"({target_temperature}): every drafted token is accepted, so the run measures nothing; "
                       "pass a smaller draft (e.g. mspec.lm.models.early_exit_model(target, n)) or other "
                       "draft_temperatures", UserWarning, stacklevel=3)
-    return _Settings(scheme, dict(scheme_params or {}), k, big_l, temps, target_temperature, sampling, prompt,
+    return DecodeSettings(scheme, dict(scheme_params or {}), k, big_l, temps, target_temperature, sampling, prompt,
                      max_new, eos)
 
 
@@ -78,13 +79,13 @@ def _check_identical(scheme, temps: list[float], vocab: int) -> None:
                      f"{vocab}: {', '.join(map(repr, ['specinfer', 'is', 'is-paper'] + lp))} (or verify='traversal')")
 
 
-def _check_compilable(draft_model, draft_cache: str) -> None:
+def check_compilable(draft_model, draft_cache: str) -> None:
     """Raise a ``ValueError`` naming the fix unless ``compile_draft=True`` can work: a static
     draft cache, and the draft on a CUDA GPU (what CUDA graphs record)."""
     if draft_cache != "static":
         raise ValueError("`compile_draft=True` needs draft_cache='static': CUDA graphs replay fixed buffers, "
                          "which a dynamic cache does not have")
-    device = _model_device(draft_model)
+    device = model_device(draft_model)
     if device.type != "cuda":
         raise ValueError(
             f"`compile_draft=True` records the draft's steps as CUDA graphs and needs the draft model on a CUDA "
@@ -93,13 +94,13 @@ def _check_compilable(draft_model, draft_cache: str) -> None:
         )
 
 
-def _check_int(value, name: str, what: str) -> int:
+def check_int(value, name: str, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"`{name}` must be an integer >= 1 ({what}), got {value!r}")
     return int(value)
 
 
-def _check_temperature(value, name: str) -> float:
+def check_temperature(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
         raise ValueError(
             f"`{name}` must be a number > 0, got {value!r}; for near-greedy decoding use a small "
@@ -108,9 +109,9 @@ def _check_temperature(value, name: str) -> float:
     return float(value)
 
 
-def _check_draft_temperatures(value, k: int) -> list[float]:
+def check_draft_temperatures(value, k: int) -> list[float]:
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return [_check_temperature(value, "draft_temperatures")] * k
+        return [check_temperature(value, "draft_temperatures")] * k
     try:
         temps = list(value)
     except TypeError:
@@ -120,10 +121,10 @@ def _check_draft_temperatures(value, k: int) -> list[float]:
             f"`draft_temperatures` has {len(temps)} entries but num_drafts = {k}; pass one temperature "
             "per draft, or a single number for identical drafts"
         )
-    return [_check_temperature(t, "draft_temperatures") for t in temps]
+    return [check_temperature(t, "draft_temperatures") for t in temps]
 
 
-def _check_prompt(prompt_ids, tokenizer, vocab: int | None = None) -> list[int]:
+def check_prompt(prompt_ids, tokenizer, vocab: int | None = None) -> list[int]:
     """The prompt as a list of ids: from ids ``(n,)`` / ``(1, n)``, a string (with ``tokenizer``) or a
     mapping such as a ``BatchEncoding`` (``input_ids`` ``(1, n)``, optional ``attention_mask``, whose
     left padding is dropped); each id in ``[0, vocab)``."""
@@ -167,7 +168,7 @@ def _one_row(value, name: str) -> list:
     return rows
 
 
-def _check_eos(eos_token_id, model=None, tokenizer=None) -> frozenset[int]:
+def check_eos(eos_token_id, model=None, tokenizer=None) -> frozenset[int]:
     """The ids that end generation. ``None``: the target's ``generation_config.eos_token_id`` (an id
     or a list) and ``tokenizer.eos_token_id``, as many as are set; ``False`` or ``[]``: none."""
     if eos_token_id is None:
@@ -190,14 +191,7 @@ def _check_eos(eos_token_id, model=None, tokenizer=None) -> frozenset[int]:
     return frozenset(int(t) for t in ids)
 
 
-def _vocab_size(model) -> int:
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if head is not None and hasattr(head, "weight"):
-        return head.weight.shape[0]  # the logits' last dimension
-    return model.config.vocab_size
-
-
-def _check_models(draft_model, target_model, max_positions: int) -> None:
+def check_models(draft_model, target_model, max_positions: int) -> None:
     for name, model in (("draft_model", draft_model), ("target_model", target_model)):
         if model is None:
             continue
@@ -209,14 +203,14 @@ def _check_models(draft_model, target_model, max_positions: int) -> None:
                 f"`{name}` handles {limit} positions but this call may need {max_positions} "
                 "(prompt + max_new_tokens + draft_length - 1); shorten the prompt or max_new_tokens"
             )
-    if draft_model is not None and _vocab_size(draft_model) != _vocab_size(target_model):
+    if draft_model is not None and output_vocab_size(draft_model) != output_vocab_size(target_model):
         raise ValueError(
-            f"`draft_model` and `target_model` have different vocabularies ({_vocab_size(draft_model)} vs "
-            f"{_vocab_size(target_model)} logits); speculative decoding needs one shared tokenizer"
+            f"`draft_model` and `target_model` have different vocabularies ({output_vocab_size(draft_model)} vs "
+            f"{output_vocab_size(target_model)} logits); speculative decoding needs one shared tokenizer"
         )
 
 
-def _check_generator(generator, device: torch.device | str | None = None) -> torch.Generator:
+def check_generator(generator, device: torch.device | str | None = None) -> torch.Generator:
     """``generator`` as a ``torch.Generator``; an int seed or ``None`` makes one on ``device``.
 
     The generator should live where the distributions it samples from are (the draft model's

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from mspec.lm.cache import _model_device
-from mspec.lm.checks import _check_generator, _check_settings
-from mspec.lm.decoding import DRAFT_CACHES, NUMPY_SEED_BOUND, _decode  # noqa: F401 -- DRAFT_CACHES for docs
+from mspec.lm.cache import model_device
+from mspec.lm.checks import check_generator, check_settings
+from mspec.lm.decoding import DRAFT_CACHES, NUMPY_SEED_BOUND, decode_rounds  # noqa: F401 -- DRAFT_CACHES for docs
 from mspec.lm.result import GenerationResult
 
 __all__ = ["MultiDraftOutput", "ProcessorLaw", "multi_draft_sampling"]
@@ -166,15 +166,15 @@ def multi_draft_sampling(model, input_ids, logits_processor, stopping_criteria, 
     temperature = float(generation_config.temperature or 1.0)
     temps = temperature if draft_temperatures is None else draft_temperatures
     max_new = generation_config.max_length - input_ids.shape[1]
-    settings = _check_settings(
+    settings = check_settings(
         prompt, draft_model, model, scheme=scheme, num_drafts=num_drafts, draft_length=draft_length,
         draft_temperatures=temps, target_temperature=temperature, top_k=None, top_p=None,
         max_new_tokens=max_new, eos_token_id=False, scheme_params=scheme_params, tokenizer=None)
     if generator is None:  # from the global generator: torch.manual_seed(s) fixes the call, as with generate
         generator = int(torch.randint(0, NUMPY_SEED_BOUND, (1,)))
-    gen = _check_generator(generator, _model_device(draft_model))
+    gen = check_generator(generator, model_device(draft_model))
     record = {"logits": [], "scores": []} if generation_config.return_dict_in_generate else None
-    result, seq = _decode(settings, draft_model, model, gen, verify=verify, draft_cache=draft_cache,
+    result, seq = decode_rounds(settings, draft_model, model, gen, verify=verify, draft_cache=draft_cache,
                           streamer=streamer, law=ProcessorLaw(logits_processor, temperature),
                           stop=_stopping(stopping_criteria, input_ids, settings, record))
     # the prompt as given (its padding included), then the output

@@ -80,11 +80,12 @@ import torch
 
 from mspec.distributions import distribution_from_logits
 # the caches and checks live in mspec.lm.cache and mspec.lm.checks; their names stay importable from here
-from mspec.lm.cache import (COMPILED_STEP_WIDTH, STATIC_CACHE_MULTIPLE, _CachedModel,  # noqa: F401
-                            _compiled_call, _dynamic_cache, _model_device, _static_cache, _StaticCachedModel)
-from mspec.lm.checks import (_check_compilable, _check_draft_temperatures, _check_eos,  # noqa: F401
-                             _check_generator, _check_int, _check_models, _check_prompt, _check_settings,
-                             _check_temperature, _Settings, _vocab_size)
+from mspec.lm.cache import (COMPILED_STEP_WIDTH, STATIC_CACHE_MULTIPLE, CachedModel,  # noqa: F401
+                            compiled_call, dynamic_cache, model_device, static_cache, StaticCachedModel)
+from mspec.lm.checks import (check_compilable, check_draft_temperatures, check_eos,  # noqa: F401
+                             check_generator, check_int, check_models, check_prompt, check_settings,
+                             check_temperature, DecodeSettings)
+from mspec.lm.models import output_vocab_size
 from mspec.lm.result import GenerationResult, RoundRecord
 from mspec.rounds.per_position import position_scheme  # noqa: F401 -- re-exported
 from mspec.rounds.registry import ROUND_RULES, make_round_rule, round_rule_class
@@ -220,16 +221,16 @@ def speculative_generate(
     Warns:
         UserWarning: the draft model is the target at the target's temperature (all accepted).
     """
-    settings = _check_settings(
+    settings = check_settings(
         prompt_ids, draft_model, target_model, scheme=scheme, num_drafts=num_drafts, draft_length=draft_length,
         draft_temperatures=draft_temperatures, target_temperature=target_temperature, top_k=top_k, top_p=top_p,
         max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, scheme_params=scheme_params, tokenizer=tokenizer)
-    gen = _check_generator(generator, _model_device(draft_model))
-    return _decode(settings, draft_model, target_model, gen, verify=verify, draft_cache=draft_cache,
+    gen = check_generator(generator, model_device(draft_model))
+    return decode_rounds(settings, draft_model, target_model, gen, verify=verify, draft_cache=draft_cache,
                    compile_draft=compile_draft, on_round=on_round, streamer=streamer, tokenizer=tokenizer)[0]
 
 
-def _decode(settings: _Settings, draft_model, target_model, gen: torch.Generator, *, verify: str, draft_cache: str,
+def decode_rounds(settings: DecodeSettings, draft_model, target_model, gen: torch.Generator, *, verify: str, draft_cache: str,
             compile_draft: bool = False, on_round=None, streamer=None, tokenizer=None, law=None,
             stop=None) -> tuple[GenerationResult, list[int]]:
     """Run the rounds of one call whose arguments are checked (:func:`speculative_generate`'s names;
@@ -244,7 +245,7 @@ def _decode(settings: _Settings, draft_model, target_model, gen: torch.Generator
     rng = np.random.default_rng(int(torch.randint(0, NUMPY_SEED_BOUND, (1,), generator=gen, device=gen.device)))
     devices = _cuda_devices(draft_model, target_model)  # every clock reading waits for all of them
     start = _clock(devices)
-    decoder = _Decoder(cached_draft, _CachedModel(target_model), settings, gen, rule, rng, on_round, devices,
+    decoder = _Decoder(cached_draft, CachedModel(target_model), settings, gen, rule, rng, on_round, devices,
                        streamer, law, stop)
     with torch.inference_mode():
         seq, rounds, prefill_time = decoder.generate(start)
@@ -253,7 +254,7 @@ def _decode(settings: _Settings, draft_model, target_model, gen: torch.Generator
                    prefill_time, tokenizer, devices), seq
 
 
-def _cached_draft_model(draft_model, settings: _Settings, draft_cache: str, compile_draft: bool) -> _CachedModel:
+def _cached_draft_model(draft_model, settings: DecodeSettings, draft_cache: str, compile_draft: bool) -> CachedModel:
     """The draft model with the KV cache that ``draft_cache`` names (see :data:`DRAFT_CACHES`).
 
     Raises:
@@ -263,16 +264,16 @@ def _cached_draft_model(draft_model, settings: _Settings, draft_cache: str, comp
     if draft_cache not in DRAFT_CACHES:
         raise ValueError(f"`draft_cache` must be one of {DRAFT_CACHES}, got {draft_cache!r}")
     if compile_draft:
-        _check_compilable(draft_model, draft_cache)
+        check_compilable(draft_model, draft_cache)
     if draft_cache == "dynamic":
-        return _CachedModel(draft_model)
+        return CachedModel(draft_model)
     # the longest the draft's cache gets: the prompt and every emitted token but the last,
     # plus L - 1 drafted tokens (the round's last drafted token is never fed back)
     max_length = len(settings.prompt) + settings.max_new + settings.draft_length - 1
-    return _StaticCachedModel(draft_model, settings.num_drafts, max_length, compiled=compile_draft)
+    return StaticCachedModel(draft_model, settings.num_drafts, max_length, compiled=compile_draft)
 
 
-def _round_rule(verify: str, settings: _Settings) -> RoundRule:
+def _round_rule(verify: str, settings: DecodeSettings) -> RoundRule:
     """The round rule ``verify`` names (:func:`mspec.rounds.registry.make_round_rule`), for this call's K
     and temperatures; per-position verification without a ``scheme`` uses :data:`DEFAULT_SCHEME`."""
     cls = round_rule_class(verify)
@@ -287,7 +288,7 @@ def _round_rule(verify: str, settings: _Settings) -> RoundRule:
 class _Decoder:
     """The rounds of one :func:`speculative_generate` call, after its arguments are checked."""
 
-    def __init__(self, draft_model: _CachedModel, target_model: _CachedModel, settings: _Settings,
+    def __init__(self, draft_model: CachedModel, target_model: CachedModel, settings: DecodeSettings,
                  gen: torch.Generator, rule: RoundRule, rng: np.random.Generator, on_round, devices,
                  streamer=None, law=None, stop=None):
         self.draft_model, self.target_model = draft_model, target_model
@@ -398,14 +399,14 @@ class SamplingLaw:
                                                                     **self.sampling)
 
 
-def _eos_or_length(settings: _Settings):
+def _eos_or_length(settings: DecodeSettings):
     """``stop(seq, logits, scores)`` of :func:`speculative_generate`: after an EOS token or once
     ``max_new_tokens`` tokens follow the prompt."""
     end = len(settings.prompt) + settings.max_new
     return lambda seq, logits, scores: seq[-1] in settings.eos or len(seq) >= end
 
 
-def _draft(draft_model: _CachedModel, seq, temps, big_l, law, gen):
+def _draft(draft_model: CachedModel, seq, temps, big_l, law, gen):
     """Draft L tokens in each of K rows (the cache is already expanded to K rows).
 
     Returns:
@@ -437,7 +438,7 @@ def _draft(draft_model: _CachedModel, seq, temps, big_l, law, gen):
     return torch.cat(drafted, dim=1), torch.stack(probs, dim=1)
 
 
-def _score(target_model: _CachedModel, seq, drafted, law):
+def _score(target_model: CachedModel, seq, drafted, law):
     """One target forward pass over K rows x (L + 1) positions.
 
     Returns:
@@ -503,18 +504,18 @@ def autoregressive_generate(
     Returns:
         :class:`GenerationResult` with one round per token (block efficiency 1).
     """
-    _check_temperature(temperature, "temperature")
-    prompt = _check_prompt(prompt_ids, tokenizer, _vocab_size(target_model))
-    max_new = _check_int(max_new_tokens, "max_new_tokens", "the number of tokens to generate")
-    eos = _check_eos(eos_token_id, target_model, tokenizer)
-    _check_models(None, target_model, len(prompt) + max_new - 1)
-    gen = _check_generator(generator, _model_device(target_model))
+    check_temperature(temperature, "temperature")
+    prompt = check_prompt(prompt_ids, tokenizer, output_vocab_size(target_model))
+    max_new = check_int(max_new_tokens, "max_new_tokens", "the number of tokens to generate")
+    eos = check_eos(eos_token_id, target_model, tokenizer)
+    check_models(None, target_model, len(prompt) + max_new - 1)
+    gen = check_generator(generator, model_device(target_model))
     distribution_from_logits(torch.zeros(1), temperature=1.0, top_k=top_k, top_p=top_p)
 
     devices = _cuda_devices(target_model)  # every clock reading waits for all of them
     start = _clock(devices)
     seq = list(prompt)
-    cached_target = _CachedModel(target_model)
+    cached_target = CachedModel(target_model)
     rounds = []
     with torch.inference_mode():
         if len(seq) > 1:  # prefill, as in speculative_generate: the cache lacks the last token
@@ -546,7 +547,7 @@ def generate_with_baselines(prompt_ids, *, generator: torch.Generator | int | No
         dict with ``"autoregressive"`` (target only), ``"single"`` (scheme ``"single"``,
         K = 1, the first draft temperature) and ``"multi"`` (the requested scheme).
     """
-    gen = _check_generator(generator, _model_device(kwargs["draft_model"]) if "draft_model" in kwargs else None)
+    gen = check_generator(generator, model_device(kwargs["draft_model"]) if "draft_model" in kwargs else None)
     temps = kwargs.get("draft_temperatures", 1.0)
     first_temp = temps if isinstance(temps, numbers.Real) else list(temps)[0]
     single = dict(kwargs, scheme="single", num_drafts=1, draft_temperatures=first_temp, scheme_params=None)
@@ -601,7 +602,7 @@ def _cuda_devices(*models) -> tuple[torch.device, ...]:
         if model is None:
             continue
         placement = getattr(model, "hf_device_map", None) or {}
-        for where in (_model_device(model), *placement.values()):
+        for where in (model_device(model), *placement.values()):
             if isinstance(where, int) and not isinstance(where, bool):
                 where = torch.device("cuda", where)  # accelerate names GPUs by their index
             elif isinstance(where, str) and where.startswith("cuda"):

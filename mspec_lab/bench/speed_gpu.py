@@ -303,9 +303,9 @@ def _hf_generate(target_model, prompt, max_new: int, seed: int, *, assistant=Non
 
     import torch
 
-    from mspec.lm.decoding import _model_device
+    from mspec.lm.decoding import model_device
 
-    ids = torch.tensor([prompt], device=_model_device(target_model))
+    ids = torch.tensor([prompt], device=model_device(target_model))
     kwargs = dict(do_sample=True, max_new_tokens=max_new, top_k=0, top_p=1.0, temperature=1.0,
                   attention_mask=torch.ones_like(ids), pad_token_id=target_model.config.pad_token_id)
     saved = None

@@ -190,7 +190,7 @@ class PaperRunSettings(SharedSettings):
 
 
 # -- statistics ----------------------------------------------------------------------------------
-def _clustered(values, groups) -> dict:
+def clustered_summary(values, groups) -> dict:
     """``{"mean", "se", "n", "clusters"}``: mean over positions, s.e. clustered by ``groups``."""
     from mspec_lab.experiments.paired_schemes import cluster_mean_se
 
@@ -219,10 +219,10 @@ class _Positions:
             self.values.setdefault(job, []).extend(vals)
 
     def stat(self, job) -> dict:
-        return _clustered(self.values[job], self.groups)
+        return clustered_summary(self.values[job], self.groups)
 
     def diff(self, a, b) -> dict:
-        return _clustered(np.subtract(self.values[a], self.values[b]), self.groups)
+        return clustered_summary(np.subtract(self.values[a], self.values[b]), self.groups)
 
 
 def _acceptances(draft, target, jobs, is_params) -> dict[tuple, list[float]]:
@@ -238,13 +238,13 @@ def _acceptances(draft, target, jobs, is_params) -> dict[tuple, list[float]]:
     return out
 
 
-def _distributions(logits, temperature: float, top_k=None) -> np.ndarray:
+def distributions_from_logits(logits, temperature: float, top_k=None) -> np.ndarray:
     from mspec.distributions import distribution_from_logits
 
     return distribution_from_logits(logits, temperature=temperature, top_k=top_k).cpu().numpy()
 
 
-def _prompt_logits(pair, prompt, s: PaperRunSettings):
+def prompt_logits(pair, prompt, s: PaperRunSettings):
     from mspec_lab.experiments.acceptance import collect_logits
 
     return collect_logits(pair, prompt.ids, positions=s.positions, target_temperature=s.target_temperature,
@@ -257,11 +257,11 @@ def _sweep(pair, prompts, s: PaperRunSettings, cache: dict, progress: bool) -> t
     jobs = [("single", 1, ())] + [(scheme, k, ()) for scheme in paper.COMPARED_SCHEMES]
     per_t = {t: _Positions() for t in s.sweep_temperatures}
     for i, prompt in enumerate(with_progress(prompts, progress, desc=f"sweep {s.sweep_dataset}", unit="prompt")):
-        cache[prompt.tag] = _prompt_logits(pair, prompt, s)
+        cache[prompt.tag] = prompt_logits(pair, prompt, s)
         draft_logits, target_logits, _ = cache[prompt.tag]
-        target = _distributions(target_logits, s.target_temperature)
+        target = distributions_from_logits(target_logits, s.target_temperature)
         for t in s.sweep_temperatures:
-            per_t[t].add(i, _acceptances(_distributions(draft_logits, t), target, jobs, s.is_params))
+            per_t[t].add(i, _acceptances(distributions_from_logits(draft_logits, t), target, jobs, s.is_params))
     rows = [{"dataset": s.sweep_dataset, "draft_temperature": t, "scheme": scheme, "K": kk,
              **per_t[t].stat((scheme, kk, ()))}
             for t in s.sweep_temperatures for scheme, kk, _ in jobs]
@@ -284,10 +284,10 @@ def _token_level(pair, prompts_by_dataset, s: PaperRunSettings, regimes: dict[st
     for dataset in s.datasets:
         prompts = prompts_by_dataset[dataset]
         for i, prompt in enumerate(with_progress(prompts, progress, desc=f"token level {dataset}", unit="prompt")):
-            draft_logits, target_logits, _ = cache.pop(prompt.tag, None) or _prompt_logits(pair, prompt, s)
-            target = _distributions(target_logits, s.target_temperature)
+            draft_logits, target_logits, _ = cache.pop(prompt.tag, None) or prompt_logits(pair, prompt, s)
+            target = distributions_from_logits(target_logits, s.target_temperature)
             for regime, t in regimes.items():
-                draft = _distributions(draft_logits, t)
+                draft = distributions_from_logits(draft_logits, t)
                 main[regime, dataset].add(i, _acceptances(draft, target, table3_jobs, s.is_params))
                 gaps = _acceptances(draft, target, trunc_jobs, s.is_params)
                 for job in (("optimal", 2, ()), ("spectr", 2, ()), ("specinfer", 2, ())):  # K = 2 of Table 3
@@ -296,7 +296,7 @@ def _token_level(pair, prompts_by_dataset, s: PaperRunSettings, regimes: dict[st
                 if dataset == s.main_dataset:
                     for top_k in top_ks:
                         topk[regime, top_k].add(i, _acceptances(
-                            _distributions(draft_logits, t, top_k), _distributions(target_logits, s.target_temperature,
+                            distributions_from_logits(draft_logits, t, top_k), distributions_from_logits(target_logits, s.target_temperature,
                                                                                    top_k), topk_jobs, s.is_params))
     out = {"table3": [], "table3_differences": [], "topk": [], "truncation": []}
     for (regime, dataset), pos in main.items():
@@ -442,15 +442,15 @@ def provenance(pair, *, command: str, code: dict, started: str, start: float, da
 
 def write_results(doc: dict, path: str | Path) -> None:
     """Write a results document as JSON, one record of a table per line (nan as null)."""
-    from mspec_lab.experiments.report import _clean
+    from mspec_lab.experiments.report import clean_for_json
 
     parts = []
     for key, value in doc.items():
         if key in TABLES:
-            body = ",\n".join("  " + json.dumps(_clean(r)) for r in value)
+            body = ",\n".join("  " + json.dumps(clean_for_json(r)) for r in value)
             parts.append(f" {json.dumps(key)}: [\n{body}\n ]")
         else:
-            parts.append(f" {json.dumps(key)}: " + json.dumps(_clean(value), indent=1).replace("\n", "\n "))
+            parts.append(f" {json.dumps(key)}: " + json.dumps(clean_for_json(value), indent=1).replace("\n", "\n "))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("{\n" + ",\n".join(parts) + "\n}\n", encoding="utf-8")

@@ -137,16 +137,16 @@ def smoke_test_fields(smoke_test: bool) -> dict:
 def write_json(path: Path, obj) -> None:
     """Write ``obj`` as indented JSON (nan written as null)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_clean(obj), indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(clean_for_json(obj), indent=1, sort_keys=False) + "\n", encoding="utf-8")
 
 
-def _clean(obj):
+def clean_for_json(obj):
     if isinstance(obj, float):
         return None if math.isnan(obj) else obj
     if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
+        return {str(k): clean_for_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [clean_for_json(v) for v in obj]
     return obj
 
 

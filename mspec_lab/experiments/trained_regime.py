@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from mspec_lab.experiments.inputs import derived_seed, load_dataset_prompts, with_progress
-from mspec_lab.experiments.paper_run import (PaperRunSettings, _clustered, _distributions, _prompt_logits,
+from mspec_lab.experiments.paper_run import (PaperRunSettings, clustered_summary, distributions_from_logits, prompt_logits,
                                              code_version, committed_file, now, provenance, write_results)
 
 __all__ = ["DRAFT_TEMPERATURE", "RESULTS_FILE", "SCHEMA", "SCHEMES", "check_trained_regime",
@@ -77,9 +77,9 @@ def run_trained_regime(pair, settings: PaperRunSettings | None = None, *, progre
         doc["prompts"][dataset] = [p.tag for p in prompts]
         values, groups = {job: [] for job in jobs}, []
         for i, prompt in enumerate(with_progress(prompts, progress, desc=f"trained draft {dataset}", unit="prompt")):
-            draft_logits, target_logits, _ = _prompt_logits(pair, prompt, s)
-            draft = _distributions(draft_logits, DRAFT_TEMPERATURE)
-            target = _distributions(target_logits, s.target_temperature)
+            draft_logits, target_logits, _ = prompt_logits(pair, prompt, s)
+            draft = distributions_from_logits(draft_logits, DRAFT_TEMPERATURE)
+            target = distributions_from_logits(target_logits, s.target_temperature)
             groups += [i] * target.shape[0]
             for scheme, k in jobs:
                 values[scheme, k] += _acceptance(scheme, k, draft, target)
@@ -87,10 +87,10 @@ def run_trained_regime(pair, settings: PaperRunSettings | None = None, *, progre
                 doc["check"] = {"dataset": dataset, "prompt": prompt.tag, "seed": derived_seed(s.seed, prompt.tag),
                                 "values": [{"scheme": scheme, "K": k, "acceptance": values[scheme, k][:s.check_positions]}
                                            for scheme, k in jobs]}
-        doc["table3"] += [{"dataset": dataset, "scheme": scheme, "K": k, **_clustered(values[scheme, k], groups)}
+        doc["table3"] += [{"dataset": dataset, "scheme": scheme, "K": k, **clustered_summary(values[scheme, k], groups)}
                           for scheme, k in jobs]
         doc["gains"] += [{"dataset": dataset, "scheme": scheme, "from_K": min(s.drafts), "to_K": top,
-                          **_clustered(np.subtract(values[scheme, top], values[scheme, min(s.drafts)]), groups)}
+                          **clustered_summary(np.subtract(values[scheme, top], values[scheme, min(s.drafts)]), groups)}
                          for scheme in SCHEMES]
     return doc
 

@@ -1,5 +1,5 @@
 """What shares a key law: tokens (fact 1 and a sort), ratio buckets (fact 5) or the units of
-fact 6's spread. :class:`_Atoms` is the one interface the scheme reads: the atoms' draft
+fact 6's spread. :class:`Atoms` is the one interface the scheme reads: the atoms' draft
 masses, their ``x``, the pieces over them, and each token's atom."""
 
 from __future__ import annotations
@@ -11,19 +11,19 @@ import numpy as np
 from mspec.schemes.optimal_selection.buckets import (
     BUCKET_BITS,
     MAX_BUCKET_BITS,
-    _bucket_level,
-    _bucket_sums,
-    _coarser,
-    _may_be_one,
-    _splice,
-    _split_segment,
+    bucket_level,
+    bucket_sums,
+    coarser_sums,
+    may_be_one,
+    splice,
+    split_segment,
 )
 from mspec.schemes.optimal_selection.induced import lex_optimal_induced
 from mspec.schemes.optimal_selection.options import DEFAULT
-from mspec.schemes.optimal_selection.spread import _Spread
+from mspec.schemes.optimal_selection.spread import Spread
 
 
-class _Atoms:
+class Atoms:
     """The atoms of a selection rule, in ``q/p``-descending order, with their pieces.
 
     An atom is a set of tokens that share one key law (normalised by the atom's draft
@@ -38,7 +38,7 @@ class _Atoms:
         top: ``(n + 1,)`` draft mass of the atoms before each atom.
         bucket_atoms: number of atoms that are buckets (0 for :meth:`tokens`).
         token_atoms: number of atoms that are single tokens.
-        spread: ``None``, or the :class:`_Spread` of fact 6 (then ``x = q`` and the tokens
+        spread: ``None``, or the :class:`Spread` of fact 6 (then ``x = q`` and the tokens
             of a bucket spread over its own part and the pool in their own proportions).
     """
 
@@ -46,7 +46,7 @@ class _Atoms:
                  positive=False):
         self.masses, self.x, self.blocks, self.top = masses, x, blocks, top
         self.positive = positive  # every p and q > 0 (checked)
-        self.spread = spread  # a _Spread (fact 6): tokens of an atom do not share one key law
+        self.spread = spread  # a Spread (fact 6): tokens of an atom do not share one key law
         # atom_of(t): atom of token t (-1: none); ranks(): all of them, (V,);
         # token_x(): x of every token, (V,) (0 where p = 0 or q = 0)
         self.atom_of, self.ranks, self.token_x = atom_of, ranks, token_x
@@ -72,21 +72,21 @@ class _Atoms:
     def buckets(cls, draft, target, k, fallbacks=None, tolerance=None, fast=DEFAULT):
         """Ratio buckets as atoms (fact 5). ``None`` (use :meth:`tokens`) if ``q/p``
         overflows or no token has ``p > 0`` and ``q > 0``. A spread (fact 6) that fails its
-        certificate (``tolerance``: :meth:`_Spread.certify`) is noted in the list
+        certificate (``tolerance``: :meth:`Spread.certify`) is noted in the list
         ``fallbacks`` and fact 5 goes on. ``fast``: the :class:`FastPath` switches."""
         # the usual case (softmax outputs): every p, q > 0, seen from the buckets themselves
         # (a zero p makes q/p infinite or NaN, a zero q makes it 0: the extreme bucket keys)
         main, pm, qm = None, draft, target
-        sums = _bucket_sums(qm, pm, BUCKET_BITS, positive=True)
+        sums = bucket_sums(qm, pm, BUCKET_BITS, positive=True)
         if sums is None:  # some p or q is 0 (or q/p overflowed): only tokens with p, q > 0
             main = np.flatnonzero((draft > 0) & (target > 0))
             pm, qm = draft[main], target[main]
             if pm.size == 0:  # no token with p > 0 and q > 0: nothing to bucket
                 return None
-            sums = _bucket_sums(qm, pm, BUCKET_BITS)
+            sums = bucket_sums(qm, pm, BUCKET_BITS)
             if sums is None:  # q/p overflowed
                 return None
-        if fast.spread and main is None and _may_be_one(sums[2], sums[3], k):  # fact 6 first: no bucket problem
+        if fast.spread and main is None and may_be_one(sums[2], sums[3], k):  # fact 6 first: no bucket problem
             spread = cls._spread(sums, qm, pm, k, fallbacks, tolerance, fast)
             if spread is not None:
                 return spread
@@ -97,11 +97,11 @@ class _Atoms:
         """Fact 6's atoms (its units), trying the bucket widths ``fast.spread_bits`` in turn;
         ``None`` if none serves (then fact 5)."""
         for bits in fast.spread_bits:
-            level = sums if bits == BUCKET_BITS else _coarser(sums, BUCKET_BITS, bits)
+            level = sums if bits == BUCKET_BITS else coarser_sums(sums, BUCKET_BITS, bits)
             desc, occupied, bucket_mass, r_lo, r_hi, nb = level[:6]
             atom_of_bucket = np.full(nb, -1, dtype=np.int64)
             atom_of_bucket[occupied] = np.arange(occupied.size)
-            spread = _Spread.build(target, draft, k, bucket_mass, desc, atom_of_bucket, (r_lo, r_hi),
+            spread = Spread.build(target, draft, k, bucket_mass, desc, atom_of_bucket, (r_lo, r_hi),
                                    expand_all=fast.expand_buckets == "all")
             why = spread.certify(tolerance, fallbacks, fast.max_depth) if spread is not None else None
             if why is not None:  # (rounding broke it: the next level, else fact 5)
@@ -120,15 +120,15 @@ class _Atoms:
     def _split_buckets(cls, sums, qm, pm, k, main, vocab, fast):
         """Fact 5: the bucket problem, with the pieces its certificate cannot pass split
         into tokens (``main``: the tokens counted, ``None`` for all of them)."""
-        masses, x, blocks, top, desc, atom_of_bucket, uncertified, _ = _bucket_level(
+        masses, x, blocks, top, desc, atom_of_bucket, uncertified, _ = bucket_level(
             qm, pm, k, 0.0, BUCKET_BITS, sums=sums, margin=fast.bucket_margin)
         n_buckets = masses.size
         split_pos = split_atoms = None  # positions (ascending) and atoms of the split tokens
         if uncertified is not None:
             j0, j1, a0, a1, inside, b0, b1 = uncertified
             bits = _split_bits(x, masses, blocks, qm, uncertified)
-            sub = _split_segment(qm[inside], pm[inside], k, float(top[a0]), bits, fast.bucket_margin, fast.sort_below)
-            masses, x, blocks, top = _splice(masses, x, blocks, top, j0, j1, a0, a1, sub[:4])
+            sub = split_segment(qm[inside], pm[inside], k, float(top[a0]), bits, fast.bucket_margin, fast.sort_below)
+            masses, x, blocks, top = splice(masses, x, blocks, top, j0, j1, a0, a1, sub[:4])
             atom_of_bucket[atom_of_bucket >= a1] += sub[0].size - (a1 - a0)
             atom_of_bucket[b0 : b1 + 1] = -2  # split: look the token up
             split_pos, split_atoms = inside, a0 + sub[4]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mspec.schemes.optimal_selection.induced import _argsort_positive, _lex_pieces
+from mspec.schemes.optimal_selection.induced import argsort_positive, lex_pieces
 
 #: mantissa bits of q/p that name a bucket: ratios in one bucket differ by a factor < 1 + 2^-6
 BUCKET_BITS = 6
@@ -49,7 +49,7 @@ MAX_BUCKET_BITS = 30
 _FLOAT_MAX = float(np.finfo(float).max)  # (looked up once: np.finfo costs microseconds a call)
 
 
-def _bucket_sums(targets, masses, bits, most=None, positive=False):
+def bucket_sums(targets, masses, bits, most=None, positive=False):
     """Bucket tokens by ``bits`` mantissa bits of ``q/p`` (one pass, no sort). Without
     ``most`` the count spans up to ``2^(11 + bits)`` keys (pass ``most`` for many bits).
 
@@ -80,8 +80,8 @@ def _bucket_sums(targets, masses, bits, most=None, positive=False):
     return desc, occupied, mass_b[occupied], r_lo, r_hi, nb, hi
 
 
-def _coarser(sums, bits: int, coarse_bits: int):
-    """:func:`_bucket_sums` with ``coarse_bits`` instead of ``bits``, from the finer sums
+def coarser_sums(sums, bits: int, coarse_bits: int):
+    """:func:`bucket_sums` with ``coarse_bits`` instead of ``bits``, from the finer sums
     (one pass over the vocabulary for the tokens' buckets; the rest over the buckets)."""
     desc, occupied, bucket_mass, _, _, _, hi = sums
     drop = bits - coarse_bits
@@ -100,7 +100,7 @@ def _coarser(sums, bits: int, coarse_bits: int):
             int(coarse_occupied[-1]) + 1, top)
 
 
-def _may_be_one(bucket_mass, r_lo, k) -> bool:
+def may_be_one(bucket_mass, r_lo, k) -> bool:
     """False when the buckets alone show that the optimum is below 1: ``x = q`` needs
     ``q(C) <= f(C)`` for every prefix ``C`` in ``q/p`` order, and ``q`` of a bucket prefix
     is at least ``sum r_lo P``. (True says nothing: fact 6 checks it exactly.)"""
@@ -109,7 +109,7 @@ def _may_be_one(bucket_mass, r_lo, k) -> bool:
     return not (least > (1.0 - (1.0 - top) ** k) * (1.0 + 1e-9)).any()
 
 
-def _bucket_level(targets, masses, k, start, bits, most=None, sums=None, margin=CERTIFICATE_MARGIN):
+def bucket_level(targets, masses, k, start, bits, most=None, sums=None, margin=CERTIFICATE_MARGIN):
     """One level of fact 5: bucket tokens by ``bits`` mantissa bits of ``q/p``, solve the
     bucket problem on keys from ``start``, and find the buckets the certificate cannot pass.
 
@@ -129,7 +129,7 @@ def _bucket_level(targets, masses, k, start, bits, most=None, sums=None, margin=
         j1, a0, a1, inside, b0, b1)``: the pieces ``j0..j1`` (atoms ``a0..a1-1``, buckets
         ``b0..b1``) to split, with the tokens ``inside`` them, and each atom's ratio range.
     """
-    sums = sums if sums is not None else _bucket_sums(targets, masses, bits, most)
+    sums = sums if sums is not None else bucket_sums(targets, masses, bits, most)
     if sums is None:
         return None
     desc, occupied, bucket_mass, r_lo, r_hi, nb = sums[:6]
@@ -137,7 +137,7 @@ def _bucket_level(targets, masses, k, start, bits, most=None, sums=None, margin=
     # stand-in for q keeps x feasible; the certificate below uses the true ratios)
     # (r_lo + r_hi overflows for ratios near the float maximum, e.g. a subnormal p: halves first)
     middle = 0.5 * r_lo + 0.5 * np.minimum(r_hi, _FLOAT_MAX)
-    x, blocks, top = _lex_pieces(bucket_mass.copy(), bucket_mass * middle, k, start)
+    x, blocks, top = lex_pieces(bucket_mass.copy(), bucket_mass * middle, k, start)
     # certificate: token t of bucket a has x_t / q_t = level_a / r_t, r_t in [r_lo, r_hi)
     level = x / bucket_mass
     under = level <= r_lo * (1.0 - margin)  # x_t <= q_t for every token
@@ -161,7 +161,7 @@ def _bucket_level(targets, masses, k, start, bits, most=None, sums=None, margin=
     return bucket_mass, x, blocks, top, desc, atom_of_bucket, uncertified, (r_lo, r_hi)
 
 
-def _split_segment(targets, masses, k, start, bits, margin=CERTIFICATE_MARGIN, sort_below=SORT_BELOW):
+def split_segment(targets, masses, k, start, bits, margin=CERTIFICATE_MARGIN, sort_below=SORT_BELOW):
     """Solve the tokens of a split segment: finer buckets while they help, else exactly.
 
     The segment is tight at both ends, so it is a problem of its own on the keys from
@@ -177,7 +177,7 @@ def _split_segment(targets, masses, k, start, bits, margin=CERTIFICATE_MARGIN, s
     n = masses.size
     level = None
     if n > sort_below and bits <= MAX_BUCKET_BITS:
-        level = _bucket_level(targets, masses, k, start, bits, most=2 * n + 1024, margin=margin)
+        level = bucket_level(targets, masses, k, start, bits, most=2 * n + 1024, margin=margin)
     if level is not None:
         a_masses, x, blocks, top, desc, atom_of_bucket, uncertified, _ = level
         if uncertified is None:
@@ -186,22 +186,22 @@ def _split_segment(targets, masses, k, start, bits, margin=CERTIFICATE_MARGIN, s
         # if finer buckets certify nothing, more bits will not help (x = q on the whole
         # segment, typically an optimum of 1): sort instead
         if inside.size < n:
-            sub = _split_segment(targets[inside], masses[inside], k, float(top[a0]), bits + BUCKET_BITS, margin,
+            sub = split_segment(targets[inside], masses[inside], k, float(top[a0]), bits + BUCKET_BITS, margin,
                                  sort_below)
             n_buckets = a_masses.size - (a1 - a0) + sub[5]
-            a_masses, x, blocks, top = _splice(a_masses, x, blocks, top, j0, j1, a0, a1, sub[:4])
+            a_masses, x, blocks, top = splice(a_masses, x, blocks, top, j0, j1, a0, a1, sub[:4])
             atom_of_bucket[atom_of_bucket >= a1] += sub[0].size - (a1 - a0)
             local = atom_of_bucket[desc]
             local[inside] = a0 + sub[4]
             return a_masses, x, blocks, top, local, n_buckets
-    order = _argsort_positive(np.divide(targets, masses))[::-1]
-    x, blocks, top = _lex_pieces(masses[order], targets[order], k, start)
+    order = argsort_positive(np.divide(targets, masses))[::-1]
+    x, blocks, top = lex_pieces(masses[order], targets[order], k, start)
     local = np.empty(n, dtype=np.int64)
     local[order] = np.arange(n)
     return masses[order], x, blocks, top, local, 0
 
 
-def _splice(masses, x, blocks, top, j0, j1, a0, a1, sub):
+def splice(masses, x, blocks, top, j0, j1, a0, a1, sub):
     """Replace atoms ``a0..a1-1`` (pieces ``j0..j1``) by a solved segment ``sub``."""
     s_masses, s_x, s_blocks, s_top = sub
     n_sub = s_masses.size

@@ -52,7 +52,7 @@ CERTIFY_TOLERANCE = 1e-12
 GREEDY_CERTIFY_FACTOR = 10.0
 
 
-class _Piece:
+class GreedyPiece:
     """Greedy tiling of one piece, built lazily token by token (fact 3).
 
     Coordinates: ``m`` in ``[0, P]`` is draft mass below the top of the piece; the piece
@@ -86,7 +86,7 @@ class _Piece:
         self.rest_target = np.append(np.cumsum(targets[::-1], dtype=np.longdouble)[::-1].astype(float), 0.0)
         self.point_x = 0.0  # x of the tokens tiled as points (no float length; see _scale)
         self._used = [0.0, 0.0]  # nu of the sets so far, and its rounding (Kahan)
-        # a piece short against its keys' scale (as in _PoolPiece.build) takes nu without
+        # a piece short against its keys' scale (as in PoolPiece.build) takes nu without
         # cancellation, and tolerances relative to its own length and nu-mass
         self.fine = self.length < 0.5 * self.base
         self.nu_tol = NU_TOLERANCE * (float(self.nu(self.length)) if self.fine else 1.0)
@@ -298,9 +298,9 @@ class _Piece:
         return self.start + ends[-1]
 
 
-def _certify_greedy(piece, masses: np.ndarray, targets: np.ndarray, tolerance: float | None = None):
-    """``None`` if the greedy tiling ``piece`` (a :class:`_Piece`, tiled in full here) realises
-    its atoms, else what fails: as ``_PoolPiece.certify``, every atom's ``nu``-mass
+def certify_greedy(piece, masses: np.ndarray, targets: np.ndarray, tolerance: float | None = None):
+    """``None`` if the greedy tiling ``piece`` (a :class:`GreedyPiece`, tiled in full here) realises
+    its atoms, else what fails: as ``PoolPiece.certify``, every atom's ``nu``-mass
     ``p_t nu(sets) / |sets|`` and the ``nu``-measure of the keys not covered exactly once
     (gaps, overlaps, sets outside the piece, lengths other than ``p_t``), to ``tolerance``."""
     tol = GREEDY_CERTIFY_FACTOR * CERTIFY_TOLERANCE if tolerance is None else tolerance

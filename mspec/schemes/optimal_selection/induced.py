@@ -44,11 +44,11 @@ def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: in
     with np.errstate(over="ignore"):  # (an infinite q/p, from a subnormal p, sorts first)
         if both.all():  # the usual case (softmax outputs): no gathering needed
             ratio = np.divide(target, draft)
-            order = _argsort_positive(ratio)[::-1]
+            order = argsort_positive(ratio)[::-1]
         else:
             main = np.flatnonzero(both)
             ratio = np.divide(target[main], draft[main])
-            order = main[_argsort_positive(ratio)[::-1]]
+            order = main[argsort_positive(ratio)[::-1]]
         if order.size and target[order[0]] / draft[order[0]] == np.inf:
             # those tie at inf, but the pieces need them in q/p order too (a piece's x is
             # s q, which keeps x_t <= f(t) = K p_t only in that order). q > p * 1.8e308 >
@@ -61,11 +61,11 @@ def lex_optimal_induced(*, draft: np.ndarray, target: np.ndarray, num_drafts: in
             tail = order[order.size - int(np.count_nonzero(ratio < np.finfo(float).tiny)):]
             order[order.size - tail.size:] = tail[np.argsort(-(np.ldexp(target[tail], 600) / draft[tail]), kind="stable")]
     p_sorted = np.take(draft, order, out=ratio[: order.size])  # ratio is no longer needed
-    x_sorted, blocks, top = _lex_pieces(p_sorted, np.take(target, order), num_drafts)
+    x_sorted, blocks, top = lex_pieces(p_sorted, np.take(target, order), num_drafts)
     return order, x_sorted, blocks, top
 
 
-def _lex_pieces(masses: np.ndarray, targets: np.ndarray, num_drafts: int, start: float = 0.0):
+def lex_pieces(masses: np.ndarray, targets: np.ndarray, num_drafts: int, start: float = 0.0):
     """PAVA for atoms already in ``q/p``-descending order whose keys start at ``start``.
 
     Args:
@@ -183,16 +183,16 @@ def _key_masses_log(masses: np.ndarray, r: np.ndarray, share: np.ndarray, num_dr
         np.log1p(share, out=share)
         share *= num_drafts
         np.expm1(share, out=share)  # (1 - p / r)^K - 1, in [-1, 0]
-    share *= _power(r, num_drafts)
+    share *= power_by_squaring(r, num_drafts)
     np.negative(share, out=length)
 
 
-#: :func:`_argsort_positive` sorts fewer values than this with one stable sort (numpy's
+#: :func:`argsort_positive` sorts fewer values than this with one stable sort (numpy's
 #: stable sort, a timsort, is fast on short arrays and ~5x slower than its quicksort at V ~ 50k)
 QUICKSORT_FROM = 1024
 
 
-def _argsort_positive(values: np.ndarray) -> np.ndarray:
+def argsort_positive(values: np.ndarray) -> np.ndarray:
     """``np.argsort(values, kind="stable")`` for positive floats, several times faster at V ~ 50k.
 
     numpy's default sort (a vectorised quicksort) orders the values but not the ties among
@@ -214,7 +214,7 @@ def _argsort_positive(values: np.ndarray) -> np.ndarray:
     return order
 
 
-def _power(base: np.ndarray, k: int) -> np.ndarray:
+def power_by_squaring(base: np.ndarray, k: int) -> np.ndarray:
     """``base ** k`` for an integer ``k >= 1`` by squaring (much faster than pow); may
     overwrite ``base`` and return it."""
     if k == 1:

@@ -2,18 +2,18 @@
 greedy tiling as the exact fallback (each fallback recorded in the scheme's ``fallbacks``).
 
 A piece of at most :data:`~mspec.schemes.optimal_selection.pool.ALL_EDGES_BELOW` atoms solves all its
-slot edges at once and is certified in full (:meth:`_PoolPiece.certify`); a larger one solves
+slot edges at once and is certified in full (:meth:`PoolPiece.certify`); a larger one solves
 edges lazily, is certified by its ends, and then atom by atom, before any key is drawn from
-that atom (:meth:`_PoolPiece.certify_atom`). Whatever fails is replaced by the greedy,
+that atom (:meth:`PoolPiece.certify_atom`). Whatever fails is replaced by the greedy,
 itself checked in full; if even that fails, :class:`~mspec.schemes.selection.SchemeError`.
 """
 
 from __future__ import annotations
 
 from mspec.schemes.selection import SchemeError
-from mspec.schemes.optimal_selection.greedy import _certify_greedy
-from mspec.schemes.optimal_selection.pool import ALL_EDGES_BELOW, _PoolPiece
-from mspec.schemes.optimal_selection.runs import _RunPiece
+from mspec.schemes.optimal_selection.greedy import certify_greedy
+from mspec.schemes.optimal_selection.pool import ALL_EDGES_BELOW, PoolPiece
+from mspec.schemes.optimal_selection.runs import RunPiece
 
 
 def certified_pool_piece(rule, j: int):
@@ -21,9 +21,9 @@ def certified_pool_piece(rule, j: int):
     the greedy where slots and a pool cannot serve it or fail the certificate."""
     args = rule._piece_args(j)
     # (one Newton iteration for every edge beats two for the suspects, up to a size)
-    piece = _PoolPiece.build(*args, all_edges=args[0].size <= ALL_EDGES_BELOW)
+    piece = PoolPiece.build(*args, all_edges=args[0].size <= ALL_EDGES_BELOW)
     if piece is None:
-        return _RunPiece(*args)
+        return RunPiece(*args)
     # (its tiled groups' pieces are certified as they are built)
     piece.notes, piece.tolerance, piece.max_depth = rule.fallbacks, rule.certify_tolerance, rule.fast.max_depth
     piece.lazy = not (piece.front.solved and piece.back.solved)  # (then: atom by atom)
@@ -39,7 +39,7 @@ def certify_atom_before_use(rule, j: int, i: int, a: int) -> None:
     """Build piece ``j`` and, in a piece built lazily, certify its local atom ``i`` (atom
     ``a``) once, replacing the piece by the greedy if that fails."""
     piece = rule._piece(j)
-    if piece.__class__ is _PoolPiece and piece.lazy and i not in piece.checked:
+    if piece.__class__ is PoolPiece and piece.lazy and i not in piece.checked:
         why = piece.certify_atom(i, float(rule.atoms.masses[a]), float(rule.atoms.x[a]), rule.certify_tolerance)
         if why is None:
             piece.checked.add(i)
@@ -52,8 +52,8 @@ def greedy_instead(rule, j: int, why: str):
     full, and recorded; a :class:`SchemeError` if even that fails."""
     args = rule._piece_args(j)
     rule.fallbacks.append(f"piece {j} ({args[0].size} atoms): slots and pool -> greedy: {why}")
-    piece = _RunPiece(*args)
-    failed = _certify_greedy(piece, *args[:2])
+    piece = RunPiece(*args)
+    failed = certify_greedy(piece, *args[:2])
     if failed is not None:
         raise SchemeError(rule._bug(
             f"key laws it could not certify (piece {j}: {why}; the greedy fallback: {failed}); "

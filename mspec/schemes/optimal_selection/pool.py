@@ -11,7 +11,7 @@ sets: if a draft of token ``t`` draws its key with density ``w_t(y) / p_t`` and 
 and each puts the rest of its length into one shared *pool* between them. The slot edges
 solve ``H(C) - g C = sum (x - g p)`` over the tokens so far (prefix sums, one vectorised
 root solve), which makes the pool's mean density exactly ``g`` and every token's
-``nu``-mass exactly ``x_t`` (``_PoolPiece``). A token that would need a slot longer
+``nu``-mass exactly ``x_t`` (``PoolPiece``). A token that would need a slot longer
 than itself shares one with the tokens before it (a group, spread evenly; a run of such
 tokens makes one group at once). Next to a nearly tight prefix or suffix the members
 instead fill the group's slot by water-filling and *tile* it: the slot is then tight, a
@@ -31,10 +31,10 @@ import math
 import numpy as np
 
 from mspec.schemes.selection import SchemeError
-from mspec.schemes.optimal_selection.greedy import CERTIFY_TOLERANCE, GREEDY_CERTIFY_FACTOR, _certify_greedy
-from mspec.schemes.optimal_selection.induced import _power
-from mspec.schemes.optimal_selection.roots import _concave_root, _power_root, _power_root_both
-from mspec.schemes.optimal_selection.runs import _RunPiece
+from mspec.schemes.optimal_selection.greedy import CERTIFY_TOLERANCE, GREEDY_CERTIFY_FACTOR, certify_greedy
+from mspec.schemes.optimal_selection.induced import power_by_squaring
+from mspec.schemes.optimal_selection.roots import concave_root, power_root, power_root_both
+from mspec.schemes.optimal_selection.runs import RunPiece
 
 #: a slot may exceed its token's length by this fraction (rounding) before the pool
 #: construction is refused for the piece
@@ -57,7 +57,7 @@ MAX_DEPTH = 8
 EDGE_TOLERANCE = 1e-15
 
 
-_SEAM = np.zeros(1)  # (the seam between front and back slots in _PoolPiece._certify_plain; never written)
+_SEAM = np.zeros(1)  # (the seam between front and back slots in PoolPiece._certify_plain; never written)
 
 
 def _piece_nu(base: float, k: int, fine: bool, length: float):
@@ -92,10 +92,10 @@ def _piece_nu(base: float, k: int, fine: bool, length: float):
     return big_h, window, from_bottom
 
 
-class _PoolPiece:
+class PoolPiece:
     """Slots and a shared pool: a vectorised realisation of one piece (fact 4).
 
-    Coordinates as in :class:`_Piece` (``m`` in ``[0, P]`` below the top of the piece,
+    Coordinates as in :class:`GreedyPiece` (``m`` in ``[0, P]`` below the top of the piece,
     ``H(m) = nu([0, m])`` and density ``h = H'``, decreasing). ``g`` is the piece's mean
     density ``H(P) / P``. Tokens denser than ``g`` (``b_t = x_t / p_t > g``) get *front slots*
     ``[C_{t-1}, C_t]`` in ``b`` order from the top, tokens sparser than ``g`` get *back slots*
@@ -115,7 +115,7 @@ class _PoolPiece:
     the group's edges). Where spreading evenly fails too (next to a nearly tight prefix or
     suffix), the group's slot is tiled by the greedy (:meth:`_Side._tile_group`).
     :meth:`build` returns ``None`` if even that fails, and the caller falls back to the
-    greedy :class:`_Piece` for the whole piece.
+    greedy :class:`GreedyPiece` for the whole piece.
     """
 
     #: where certificate failures of the tiled groups' pieces are noted (the scheme's
@@ -132,7 +132,7 @@ class _PoolPiece:
         self.start, self.length, self.n, self.k = start, length, n, num_drafts
         self.front, self.back = front, back
         self.depth = depth  # how many tiled groups this piece lies inside
-        self._tilings: dict[tuple[bool, int], _RunPiece | _PoolPiece] = {}
+        self._tilings: dict[tuple[bool, int], RunPiece | PoolPiece] = {}
         self.pool_start = float(front.edge(front.size)) if front.size else 0.0
         pool_end = length - (float(back.edge(back.size)) if back.size else 0.0)
         self.pool_len = max(pool_end - self.pool_start, 0.0)
@@ -152,7 +152,7 @@ class _PoolPiece:
         # A piece short against its keys' scale (length < base / 2, base = 1 - start): nu as a
         # difference of powers of u = base - m keeps only ~1e-16 base^K absolute, which is
         # not small against the piece's nu there -- its mean density g would not be that of
-        # its x (relatively exact, from _lex_pieces), and the u-space slot edges would be
+        # its x (relatively exact, from lex_pieces), and the u-space slot edges would be
         # exact only to ~1e-16 base, not to ~1e-16 of the piece. Such a piece gets nu without
         # cancellation and its edges refined in m itself.
         fine = length < 0.5 * base and k > 1
@@ -237,11 +237,11 @@ class _PoolPiece:
         top = self.start + float(side.edge(first) if front else self.length - side.edge(end))  # densest end
         sub = None
         if self.depth < self.max_depth and own.size > 1 and own.min() > 0.0:
-            sub = _PoolPiece.build(own, held, top, self.k, self.depth + 1)
+            sub = PoolPiece.build(own, held, top, self.k, self.depth + 1)
         why = sub.certify(own, held, tolerance=self.tolerance) if sub is not None else None
         if why is not None:  # (rounding broke it: the greedy, checked in full, noted)
-            sub = _RunPiece(own, held, top, self.k)
-            failed = _certify_greedy(sub, own, held)
+            sub = RunPiece(own, held, top, self.k)
+            failed = certify_greedy(sub, own, held)
             if self.notes is not None:
                 self.notes.append(f"group of {own.size} at depth {self.depth + 1}: slots and pool -> greedy: {why}"
                                   + (f"; the greedy: {failed}" if failed else ""))
@@ -249,9 +249,9 @@ class _PoolPiece:
                 raise SchemeError(f"scheme 'optimal' could not certify its key laws ({why}; the greedy "
                                   f"fallback: {failed}); please report the draft and target. 'specinfer' is "
                                   "exact on every input and can stand in meanwhile")
-        if isinstance(sub, _PoolPiece):
+        if isinstance(sub, PoolPiece):
             sub.notes, sub.tolerance, sub.max_depth = self.notes, self.tolerance, self.max_depth
-        return sub if sub is not None else _RunPiece(own, held, top, self.k)
+        return sub if sub is not None else RunPiece(own, held, top, self.k)
 
     def fragments(self, i: int, mass: float) -> list[tuple[float, float, float]]:
         """Key law of local token ``i`` (draft mass ``mass``): ``(start, end, weight)``, with
@@ -350,7 +350,7 @@ class _PoolPiece:
             return "slot edges not finite"
         defect = dense * (max(-narrowest, 0.0) * m + max(last - length, 0.0))
         u = np.subtract(base, edges) if front else np.add(edges, base - length)
-        power = _power(np.maximum(u, 0.0, out=u), k)  # (1 - key)^K at every edge
+        power = power_by_squaring(np.maximum(u, 0.0, out=u), k)  # (1 - key)^K at every edge
         nu_slot = power[:-1] - power[1:] if front else power[1:] - power[:-1]
         owned, held, over, unshared = self._slot_shares(front, side, edges, width, power, nu_slot)
         defect += unshared
@@ -393,7 +393,7 @@ class _PoolPiece:
         u = np.empty(joined.size)
         np.subtract(base, edges[0], out=u[: nf + 1])
         np.add(edges[1], base - self.length, out=u[nf + 1 :])
-        power = _power(np.maximum(u, 0.0, out=u), self.k)  # (1 - key)^K at every edge
+        power = power_by_squaring(np.maximum(u, 0.0, out=u), self.k)  # (1 - key)^K at every edge
         held = np.subtract(power[1:], power[:-1])
         np.negative(held[:nf], out=held[:nf])  # (front: nu from the top down)
         over *= density
@@ -504,16 +504,16 @@ class _PoolPiece:
         return None
 
 
-def _certify_piece(piece, masses: np.ndarray, targets: np.ndarray, tolerance: float | None = None):
-    """``_PoolPiece.certify`` for either kind of piece (the greedy: :func:`_certify_greedy`)."""
-    if isinstance(piece, _PoolPiece):
+def certify_piece(piece, masses: np.ndarray, targets: np.ndarray, tolerance: float | None = None):
+    """``PoolPiece.certify`` for either kind of piece (the greedy: :func:`certify_greedy`)."""
+    if isinstance(piece, PoolPiece):
         return piece.certify(masses, targets, tolerance=tolerance)
     tol = CERTIFY_TOLERANCE if tolerance is None else tolerance
-    return _certify_greedy(piece, masses, targets, GREEDY_CERTIFY_FACTOR * tol)
+    return certify_greedy(piece, masses, targets, GREEDY_CERTIFY_FACTOR * tol)
 
 
 class _Side:
-    """The front (or back) slots of a :class:`_PoolPiece`, built lazily.
+    """The front (or back) slots of a :class:`PoolPiece`, built lazily.
 
     Tokens come from the most extreme density inwards and ``edges`` are measured from that
     end of the piece: token ``i``'s own slot is ``[edges[i], edges[i + 1]]`` where
@@ -538,7 +538,7 @@ class _Side:
         self.solved = self.size == 0  # all edges known
         # (phi, slope, most): the edge equation phi(edge) = want without cancellation, edges
         # in [0, most], to refine the u-space roots (a piece short against its keys' scale,
-        # see _PoolPiece.build); None: not needed
+        # see PoolPiece.build); None: not needed
         self.refine = None
         # groups: (first, end, own) of every token, as arrays made at the first group
         # (first = -1: no group); first -> (own lengths, nu-masses, tokens) of a tiled
@@ -568,7 +568,7 @@ class _Side:
         idx = np.atleast_1d(i)
         missing = idx[np.isnan(self.edges[idx])]
         if missing.size:  # (a repeated index is solved twice, to the same value)
-            roots = _power_root(self.rhs_of(self.want[missing - 1]), self.g, self.k, self.rising, self.far)
+            roots = power_root(self.rhs_of(self.want[missing - 1]), self.g, self.k, self.rising, self.far)
             self.edges[missing] = self._refined(np.clip(self.to_edge(roots), 0.0, self.extent), missing - 1)
             if idx.size == self.edges.size:  # all of them: ordered (roots of neighbours can
                 np.maximum.accumulate(self.edges, out=self.edges)  # cross by rounding, ~1e-28)
@@ -578,7 +578,7 @@ class _Side:
         """``edges`` (of ``want[rows]``), refined where the side has an exact edge equation."""
         if self.refine is None:
             return edges
-        return _concave_root(edges, self.want[rows], *self.refine, self.g)
+        return concave_root(edges, self.want[rows], *self.refine, self.g)
 
     @staticmethod
     def solve_all(front: _Side, back: _Side) -> None:
@@ -589,7 +589,7 @@ class _Side:
                 side.solved = True
             return
         rhs = [side.rhs_of(side.want) for side in (front, back)]
-        roots = _power_root_both(rhs[0], rhs[1], front.g, front.k, front.far, back.far)
+        roots = power_root_both(rhs[0], rhs[1], front.g, front.k, front.far, back.far)
         for side, part in zip((front, back), (roots[: front.size], roots[front.size :])):
             side.edges[1:] = side._refined(np.minimum(np.maximum(side.to_edge(part), 0.0), side.extent), slice(None))
             np.maximum.accumulate(side.edges, out=side.edges)  # (rounding can cross neighbours)

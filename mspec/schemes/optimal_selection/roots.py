@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from mspec.schemes.optimal_selection.greedy import NEWTON_STEPS
-from mspec.schemes.optimal_selection.induced import _power
+from mspec.schemes.optimal_selection.induced import power_by_squaring
 
 #: a slot edge's Newton iteration stops at a step this small (relative): the error after it
 #: is about its square; the iterates can flip between floats a few ulps apart, so not 2e-16
@@ -24,11 +24,11 @@ _TINY = float(np.finfo(float).tiny)  # (looked up once: np.finfo costs microseco
 DELICATE_U = 1e-12
 
 
-def _concave_root(z: np.ndarray, want: np.ndarray, phi, slope, most: float, g: float) -> np.ndarray:
+def concave_root(z: np.ndarray, want: np.ndarray, phi, slope, most: float, g: float) -> np.ndarray:
     """Solve ``phi(z) = want`` in ``[0, most]`` for a concave ``phi`` rising from ``phi(0) = 0``,
     from guesses ``z``.
 
-    For the slot edges of a piece short against its keys' scale (:meth:`_PoolPiece.build`):
+    For the slot edges of a piece short against its keys' scale (:meth:`PoolPiece.build`):
     ``phi`` is evaluated without cancellation, the guesses are the u-space roots. Newton
     from below a root climbs to it monotonically (the tangent lies above a concave
     function), and one step from above lands below it; a guess past the maximum restarts
@@ -55,7 +55,7 @@ def _concave_root(z: np.ndarray, want: np.ndarray, phi, slope, most: float, g: f
     return z
 
 
-def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float, steps: int = NEWTON_STEPS) -> np.ndarray:
+def power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float, steps: int = NEWTON_STEPS) -> np.ndarray:
     """Solve ``u^K - g u = rhs`` elementwise on its rising (``u >= u_star``) or falling branch.
 
     ``K = 2`` is the quadratic formula. Otherwise Newton's method from a point beyond the
@@ -101,17 +101,17 @@ def _power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float, s
     return _inside(roots, low, high, start).reshape(rhs.shape)
 
 
-def _power_root_both(rising_rhs: np.ndarray, falling_rhs: np.ndarray, g: float, k: int, rising_start: float,
+def power_root_both(rising_rhs: np.ndarray, falling_rhs: np.ndarray, g: float, k: int, rising_start: float,
                      falling_start: float) -> np.ndarray:
-    """:func:`_power_root` on the rising branch for ``rising_rhs`` and on the falling one for
+    """:func:`power_root` on the rising branch for ``rising_rhs`` and on the falling one for
     ``falling_rhs``, concatenated, with one Newton iteration for all."""
     if k == 2:
-        return np.concatenate([_power_root(rising_rhs, g, k, True, rising_start),
-                               _power_root(falling_rhs, g, k, False, falling_start)])
+        return np.concatenate([power_root(rising_rhs, g, k, True, rising_start),
+                               power_root(falling_rhs, g, k, False, falling_start)])
     u_star = (g / k) ** (1.0 / (k - 1))
     if not u_star > 0.0:  # (g underflowed)
-        return np.concatenate([_power_root(rising_rhs, g, k, True, rising_start),
-                               _power_root(falling_rhs, g, k, False, falling_start)])
+        return np.concatenate([power_root(rising_rhs, g, k, True, rising_start),
+                               power_root(falling_rhs, g, k, False, falling_start)])
     phi_star = u_star**k - g * u_star
     rhs = np.concatenate([rising_rhs, falling_rhs])
     starts = np.concatenate([_newton_starts(rising_rhs, g, k, True, rising_start),
@@ -151,14 +151,14 @@ def _newton(starts: np.ndarray, rhs: np.ndarray, g: float, k: int, sign, phi_sta
     # the rounding level of each residual u^K - g u - rhs (its scale taken at the start, which
     # is close to the root): below it the root is as good as the data (near u* the root is
     # ill-conditioned, and Newton would only creep by rounding noise / slope)
-    noise = 4e-16 * (np.abs(r) + z * (_power(z.copy(), k - 1) + g))
+    noise = 4e-16 * (np.abs(r) + z * (power_by_squaring(z.copy(), k - 1) + g))
     # steps count relative to the roots' scale (1/2 as a floor; less for a piece near key 1,
     # where every u is tiny)
     floor = 0.5 if not z.size or z[0] >= 0.5 else min(float(z.max()), 0.5)  # (one piece: one scale)
     for step_count in range(steps):
         if not active.size:
             break
-        power = _power(z * z, (k - 1) // 2) * (z if k % 2 == 0 else 1.0) if k > 2 else z.copy()
+        power = power_by_squaring(z * z, (k - 1) // 2) * (z if k % 2 == 0 else 1.0) if k > 2 else z.copy()
         slope = k * power - g
         slope *= sign
         np.maximum(slope, tiny, out=slope)
@@ -188,7 +188,7 @@ def _newton(starts: np.ndarray, rhs: np.ndarray, g: float, k: int, sign, phi_sta
 
 
 def _newton_starts(rhs: np.ndarray, g: float, k: int, rising: bool, start: float) -> np.ndarray:
-    """Starting points for :func:`_power_root`: beyond the root on its branch, and close.
+    """Starting points for :func:`power_root`: beyond the root on its branch, and close.
 
     ``phi(u) = u^K - g u`` has its minimum ``phi*`` at ``u* = (g / K)^(1 / (K - 1))``, and
     its third derivative is >= 0. On the rising branch ``phi`` lies above its quadratic
@@ -213,13 +213,13 @@ def _newton_starts(rhs: np.ndarray, g: float, k: int, rising: bool, start: float
                 far = np.power(np.maximum(rhs + g * far, 0.0), 1.0 / k)
             return np.minimum(np.minimum(u_star + np.maximum(half, 1e-6 * u_star), start), far)
         z = u_star - half
-        power = _power(z.copy(), k - 1)
+        power = power_by_squaring(z.copy(), k - 1)
         slope = k * power - g
         z = z - np.where(slope < 0.0, ((power - g) * z - rhs) / slope, np.inf)
         # far from u*, better: u0 = -rhs / g and one step of u = (u^K - rhs) / g from it
         # (phi(u0) - rhs = u0^K >= 0, so u0 and the step, u0 + u0^K / g, stay below the root)
         small = -rhs / g
-        small += _power(small.copy(), k) / g
+        small += power_by_squaring(small.copy(), k) / g
         out = np.maximum(np.where(np.isfinite(z), np.maximum(z, start), start), small)
         # (g underflowing to 0 makes small infinite or NaN: the far end is beyond the root too)
         return np.where(out <= u_star, out, start)

@@ -1,7 +1,7 @@
 """Fast path of the greedy tiling: long runs of shells solved together, vectorised.
 
-The scalar greedy (:class:`~mspec.schemes.optimal_selection.greedy._Piece`) tiles one token per
-step. After :data:`SHELL_RUN` shells in a row, :class:`_RunPiece` instead solves the windows
+The scalar greedy (:class:`~mspec.schemes.optimal_selection.greedy.GreedyPiece`) tiles one token per
+step. After :data:`SHELL_RUN` shells in a row, :class:`RunPiece` instead solves the windows
 of many tokens at once: in the free space with the used blocks squeezed out, the tokens
 ``first..j`` of a run of shells together occupy one window ``[S_j, S_j + c_j]`` (``c_j`` their
 total length) whose ``nu``-mass is their total ``x``; the window of each prefix is one
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mspec.schemes.optimal_selection.greedy import NEWTON_STEPS, _Piece
+from mspec.schemes.optimal_selection.greedy import NEWTON_STEPS, GreedyPiece
 
 #: after this many shells in a row, solve the following ones together (vectorised)
 SHELL_RUN = 16
@@ -27,7 +27,7 @@ class _FreeSpace:
     """The free keys of a piece during a run: the stack of gaps plus everything below the
     frontier, in *squeezed* coordinates ``z`` (free length from the top)."""
 
-    def __init__(self, piece: _Piece):
+    def __init__(self, piece: GreedyPiece):
         self.gap_start = np.array(piece.gap_start + [piece.frontier])
         gap_end = np.array(piece.gap_end + [piece.length])
         self.lengths = gap_end - self.gap_start
@@ -54,7 +54,7 @@ class _FreeSpace:
         return self.nu_before[j] + self.gap_nu0[j] - rest**self.k, density
 
 
-class _RunPiece(_Piece):
+class RunPiece(GreedyPiece):
     """The greedy tiling with runs of shells solved together (the fast path's greedy)."""
 
     def __init__(self, masses: np.ndarray, targets: np.ndarray, start: float, num_drafts: int):

@@ -11,7 +11,7 @@ the ``nu``-measure of ``M_t`` (``nu`` has distribution function ``g``). So reali
 ``x`` is a tiling problem: find sets ``M_t`` with length ``p_t`` and ``nu``-mass ``x_t``.
 
 **Certified, with an exact fallback.** What the fast path builds is checked before any key
-is drawn from it (``_PoolPiece.certify``, vectorised): every piece of slots and a pool,
+is drawn from it (``PoolPiece.certify``, vectorised): every piece of slots and a pool,
 and fact 6's spread, must have finite slot edges, keys that stay uniform and every atom's
 ``nu``-mass ``x``, to ``CERTIFY_TOLERANCE`` (absolute ``nu``-measure; a piece that solves its
 edges lazily, by its ends and then atom by atom as they are used). Where rounding breaks
@@ -41,13 +41,13 @@ from __future__ import annotations
 import numpy as np
 
 from mspec.schemes.two_step import TwoStepScheme
-from mspec.schemes.optimal_selection.atoms import _Atoms
-from mspec.schemes.optimal_selection.greedy import CERTIFY_TOLERANCE, _Piece
+from mspec.schemes.optimal_selection.atoms import Atoms
+from mspec.schemes.optimal_selection.greedy import CERTIFY_TOLERANCE, GreedyPiece
 from mspec.schemes.optimal_selection.options import DEFAULT, FastPath
 from mspec.schemes.optimal_selection.pieces import certified_pool_piece, certify_atom_before_use
-from mspec.schemes.optimal_selection.pool import _PoolPiece
+from mspec.schemes.optimal_selection.pool import PoolPiece
 from mspec.schemes.optimal_selection.reference import ReferenceOptimalSelection
-from mspec.schemes.optimal_selection.runs import _RunPiece
+from mspec.schemes.optimal_selection.runs import RunPiece
 
 #: how pieces are realised: "pool" (slots and a shared pool, vectorised; the greedy where
 #: that is not valid) or "greedy" (always the greedy tiling)
@@ -134,13 +134,13 @@ class OptimalSelection(TwoStepScheme):
         p, q = self.draft, self.target
         built = None
         if atoms == "buckets" or (atoms == "auto" and self.vocab_size >= BUCKET_MIN_VOCAB):
-            built = _Atoms.buckets(p, q, k, self.fallbacks, self.certify_tolerance, fast)
+            built = Atoms.buckets(p, q, k, self.fallbacks, self.certify_tolerance, fast)
         if built is not None and not (built.x.min() >= 0.0 and built.x.max() < np.inf):  # (NaN fails too)
             self.fallbacks.append("buckets -> tokens: an atom's x is not finite and >= 0")
             built = None
-        self.atoms = built if built is not None else _Atoms.tokens(p, q, k)
+        self.atoms = built if built is not None else Atoms.tokens(p, q, k)
         self.blocks, self.top = self.atoms.blocks, self.atoms.top
-        self._pieces: dict[int, _Piece] = {}
+        self._pieces: dict[int, GreedyPiece] = {}
         if self.atoms.spread is not None:  # fact 6: its one piece is already built
             self._pieces[0] = self.atoms.spread.piece
         # tokens drafted but never in the target come last, each its own interval
@@ -213,7 +213,7 @@ class OptimalSelection(TwoStepScheme):
             if self.tiling == "pool":
                 self._pieces[j] = certified_pool_piece(self, j)
             else:
-                self._pieces[j] = _RunPiece(*self._piece_args(j))
+                self._pieces[j] = RunPiece(*self._piece_args(j))
         return self._pieces[j]
 
     def _locate(self, token: int, check: bool = True):
@@ -259,7 +259,7 @@ class OptimalSelection(TwoStepScheme):
         ``"none"`` (``p_t = 0``: never drafted)."""
         where = self._locate(token)
         if where is not None:
-            return "pool" if isinstance(self._piece(where[0]), _PoolPiece) else "greedy"
+            return "pool" if isinstance(self._piece(where[0]), PoolPiece) else "greedy"
         return "rest" if int(token) in self._rest_pos else "none"
 
     def _sample_key(self, token: int, uniform: float) -> float:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from mspec.schemes.optimal_selection.buckets import CERTIFICATE_MARGIN
-from mspec.schemes.optimal_selection.pool import MAX_DEPTH, SLOT_TOLERANCE, _certify_piece, _PoolPiece
+from mspec.schemes.optimal_selection.pool import MAX_DEPTH, SLOT_TOLERANCE, certify_piece, PoolPiece
 
 #: fact 6 checks at most this many buckets token by token where the bucket bound is too loose
 SPREAD_EXACT_BUCKETS = 4
@@ -45,7 +45,7 @@ SPREAD_EXPAND_TOKENS = 1024
 SPREAD_GROUP_TOKENS = 16384
 
 
-class _Spread:
+class Spread:
     """Fact 6: ``x = q`` (an optimum of 1) on one piece whose *units* are ratio buckets, and
     every token of a bucket spread over the bucket's own part and the pool.
 
@@ -56,7 +56,7 @@ class _Spread:
     is *expanded*: its tokens become units of their own (sorted; such buckets are few).
 
     Attributes:
-        piece: the :class:`_PoolPiece` over the units.
+        piece: the :class:`PoolPiece` over the units.
         masses, x: ``(n,)`` ``P_u`` and ``Q_u`` of the units, ``q/p`` descending.
         top: ``(n + 1,)`` draft mass before each unit.
         c: ``(n,)`` ``c_u`` above.
@@ -148,7 +148,7 @@ class _Spread:
 
     def certify(self, tolerance=None, notes=None, max_depth=MAX_DEPTH):
         """``None`` if the spread realises ``x = q`` to float rounding, else what fails: the
-        units' piece (``_PoolPiece.certify``, ``x`` of a unit = its ``Q``) and the pieces
+        units' piece (``PoolPiece.certify``, ``x`` of a unit = its ``Q``) and the pieces
         of the groups tiled token by token (built here). ``notes``: where the piece notes the
         fallbacks of its tiled groups (built later, lazily); ``max_depth``: see
         :class:`FastPath`."""
@@ -158,7 +158,7 @@ class _Spread:
             return why
         for key, entry in self._groups.items():
             _, _, _, own, held = entry[0]
-            why = _certify_piece(self._group_piece(key), own, held, tolerance)
+            why = certify_piece(self._group_piece(key), own, held, tolerance)
             if why is not None:
                 return f"group tiled by tokens: {why}"
         return None
@@ -175,7 +175,7 @@ class _Spread:
         """Slots and pool over the units; ``None``, or ``(piece, own, gap, g, bad)`` with the
         units whose tokens would not fit (``bad``)."""
         n = u_p.size
-        piece = _PoolPiece.build(u_p, u_q, 0.0, k, all_edges=True)
+        piece = PoolPiece.build(u_p, u_q, 0.0, k, all_edges=True)
         if piece is None or piece.pool_len <= 0.0:
             return None
         g = piece.front.g
