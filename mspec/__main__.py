@@ -1,8 +1,10 @@
-"""``python -m mspec``: exact acceptance of every registered scheme on a few examples.
+"""``python -m mspec``: the acceptance of every registered scheme on a few examples.
 
 A quick look at what the package does, no models needed. Paper notation: the draft
 distribution is p, the target q.
 """
+
+import argparse
 
 import numpy as np
 
@@ -18,8 +20,15 @@ EXAMPLES = {
 }
 
 
-def main():
-    print("Exact acceptance P(output is one of the K drafts); every scheme is lossless.")
+HEADER = ("Acceptance of each scheme, computed exactly: P(output is one of the K drafts); for\n"
+          "the IS schemes ('is', 'is-paper') P(the selected draft is accepted), a lower bound\n"
+          "on it. Every scheme is lossless (its output follows q exactly).")
+
+
+def main(argv=None):
+    argparse.ArgumentParser(prog="python -m mspec", description="The acceptance of every registered scheme on "
+                            "a few small examples (no models needed). Paper notation: draft p, target q.").parse_args(argv)
+    print(HEADER)
     names = [n for n in SCHEMES if n != "single"]
     for title, (p, q) in EXAMPLES.items():
         p = np.asarray(p, dtype=float) / np.sum(p)

@@ -190,3 +190,19 @@ def test_drafting_with_the_target_at_its_temperature_warns(pair):
     target = pair[1]
     with pytest.warns(UserWarning, match="measures nothing"):
         run((target, target), generator=0, max_new_tokens=3)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(scheme="optimal-lp"), "full optimal-transport LP would have"),
+    (dict(scheme="canonical"), "canonical LP"),
+    (dict(scheme="is", scheme_params={"foo": 5}), "takes no parameter 'foo'"),
+])
+def test_schemes_that_cannot_run_are_refused_before_any_model_call(kwargs, message):
+    target, draft = tiny_model(seed=1, vocab_size=3000).eval(), tiny_model(seed=0, vocab_size=3000).eval()
+    calls = []
+    for model in (target, draft):
+        model.register_forward_pre_hook(lambda *args: calls.append(1))
+    with pytest.raises(ValueError, match=message):
+        target.generate(torch.tensor([[1, 2]]), do_sample=True, max_new_tokens=3, custom_generate=mspec.multi_draft_sampling,
+                        draft_model=draft, num_drafts=2, **kwargs)
+    assert not calls

@@ -268,3 +268,46 @@ def test_cache_layers_that_cannot_roll_back_are_refused():
     with pytest.raises(ValueError, match="LinearAttentionLayer layers"):
         speculative_generate([3, 4], draft_model=model, target_model=model, draft_temperatures=2.0,
                              max_new_tokens=5, generator=0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(scheme="optimal-lp", num_drafts=2), "full optimal-transport LP would have"),
+    (dict(scheme="canonical", num_drafts=3), "canonical LP would have"),
+    (dict(scheme="canonical", num_drafts=2), r"canonical LP \(K = 2, identical\) would have"),
+    (dict(scheme="is", num_drafts=2, scheme_params={"foo": 5}), "takes no parameter 'foo'.*'s', 'alphabet'"),
+    (dict(scheme="spectr", num_drafts=2, scheme_params={"s": 5}), "takes no parameter 's'.*none"),
+    (dict(scheme="is", num_drafts=2, scheme_params=[("s", 2)]), "`scheme_params` must be a dict"),
+])
+def test_schemes_that_cannot_run_are_refused_before_any_model_call(kwargs, message):
+    """An LP scheme at a vocabulary it cannot solve over, or a parameter the scheme does not
+    take, is a ValueError naming the fix, raised before the models run (here: models that fail
+    when called)."""
+    class Untouchable(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.inner = model
+            self.config = model.config
+
+        def get_output_embeddings(self):
+            return self.inner.get_output_embeddings()
+
+        def forward(self, *args, **kwargs):
+            raise AssertionError("a model ran before the arguments were checked")
+
+    big = tiny_model(seed=1, vocab_size=3000)
+    draft, target = Untouchable(big).eval(), Untouchable(big).eval()
+    with pytest.raises(ValueError, match=message):
+        speculative_generate([1, 2], draft_model=draft, target_model=target, max_new_tokens=3,
+                             draft_temperatures=1.5, **kwargs)
+
+
+def test_lp_schemes_say_what_runs_at_vocabulary_scale():
+    import mspec
+    from mspec.schemes.canonical import CanonicalScheme
+    from mspec.schemes.optimal_lp import OptimalLP
+
+    with pytest.raises(ValueError, match="use scheme 'optimal'"):
+        OptimalLP.check_scale(vocab_size=49152, num_drafts=2)
+    OptimalLP.check_scale(vocab_size=20, num_drafts=2)  # 8,000 variables: fine
+    CanonicalScheme.check_scale(vocab_size=49152, num_drafts=2, weights=object())  # given weights: no LP
+    mspec.SpecInfer.check_scale(vocab_size=10**6, num_drafts=16)  # no limit

@@ -246,3 +246,12 @@ def test_the_speed_command_writes_its_results_file(tmp_path, capsys):
     for row in doc["settings"]:
         assert set(SETTING_FIELDS) <= set(row) and len(row["acceptance_per_position"]) == row["draft_length"]
         assert 1 <= row["block_efficiency"] <= row["draft_length"] + 1 and row["speedup"] > 0
+
+
+def test_the_trained_draft_refuses_a_cast_that_would_change_the_target(target):
+    draft = distilled_draft(target, exit_layers=2, token_ids=torch.tensor([0, 3, 4, 9]))
+    with pytest.raises(ValueError, match="Cast or move the target instead"):
+        draft.to(torch.bfloat16)
+    assert {p.dtype for p in target.parameters()} == {torch.float32}
+    with torch.no_grad():
+        target(input_ids=torch.tensor([[3, 4]]))  # the target still runs

@@ -1,5 +1,6 @@
 """Model presets: the tiny test pair, early exit, bad input, and the offline SmolLM2 pair."""
 
+import copy
 import time
 from pathlib import Path
 
@@ -313,3 +314,24 @@ def test_the_converted_model_is_kept_under_the_versions_that_made_it(monkeypatch
     assert models.smollm2_cache_name() != name and "gguf99.0" in models.smollm2_cache_name()
     monkeypatch.setattr(models, "SMOLLM2_CONVERSION_VERSION", models.SMOLLM2_CONVERSION_VERSION + 1)
     assert f"conversion{models.SMOLLM2_CONVERSION_VERSION}" in models.smollm2_cache_name()
+
+
+@torch.no_grad()
+def test_a_draft_sharing_the_targets_weights_refuses_a_cast_that_would_change_them():
+    """``draft.to(torch.bfloat16)`` would convert the shared layers of the target in place and
+    break it: it raises, naming the fix, and changes nothing; conversions that change nothing,
+    copies and the target's own casts are left alone."""
+    target = tiny_model(seed=3, num_layers=3)
+    draft = early_exit_model(target, 1)
+    ids = torch.tensor([[2, 4, 6]])
+    before = target(input_ids=ids).logits
+    for convert in (lambda m: m.to(torch.bfloat16), lambda m: m.half(), lambda m: m.double(),
+                    lambda m: m.to("meta")):
+        with pytest.raises(ValueError, match="Cast or move the target instead"):
+            convert(draft)
+        assert {p.dtype for p in target.parameters()} == {torch.float32}
+    assert torch.equal(target(input_ids=ids).logits, before)  # the target still runs, unchanged
+    assert draft.to("cpu") is draft and draft.float() is draft  # no change: allowed
+    copied = copy.deepcopy(draft).to(torch.float64)  # a copy shares nothing
+    assert {p.dtype for p in copied.parameters()} == {torch.float64}
+    assert {p.dtype for p in target.parameters()} == {torch.float32}

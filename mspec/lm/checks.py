@@ -54,6 +54,10 @@ def check_settings(prompt_ids, draft_model, target_model, *, scheme, num_drafts,
     prompt = check_prompt(prompt_ids, tokenizer, output_vocab_size(target_model))
     check_models(draft_model, target_model, len(prompt) + max_new + big_l - 1)
     _check_identical(scheme, temps, output_vocab_size(target_model))
+    if scheme is not None:  # the scheme's parameters and its size limits, before any model call
+        registry.check_scheme_params(scheme, scheme_params or {})
+        registry.SCHEMES[scheme].check_scale(vocab_size=output_vocab_size(target_model), num_drafts=k,
+                                             identical=len(set(temps)) == 1, **(scheme_params or {}))
     sampling = dict(top_k=top_k, top_p=top_p)
     distribution_from_logits(torch.zeros(1), temperature=1.0, **sampling)  # validates top_k / top_p
     if draft_model is target_model and all(t == target_temperature for t in temps):

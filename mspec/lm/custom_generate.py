@@ -149,7 +149,8 @@ def multi_draft_sampling(model, input_ids, logits_processor, stopping_criteria, 
         generator: ``torch.Generator`` or int seed for all randomness; ``None`` seeds one from
             torch's global generator, so ``torch.manual_seed`` makes a call reproducible, as
             with ``generate``. An int seed gives the tokens of ``speculative_generate`` with the
-            same seed and settings.
+            same seed and the same target law (note that ``generate`` applies top-k 50 by
+            default, ``speculative_generate`` no top-k).
         draft_cache: the draft's KV cache (:data:`mspec.lm.decoding.DRAFT_CACHES`).
         **model_kwargs: ``generate``'s model inputs: ``attention_mask`` (0s then 1s; the padding
             is dropped) and the cache bookkeeping ``generate`` adds; any other is an error.

@@ -12,12 +12,15 @@ GPU planning) is the workshop's: :func:`mspec_lab.models.load_pair`.
 from __future__ import annotations
 
 import copy
+import types
+import weakref
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-__all__ = ["ModelPair", "check_same_vocab", "early_exit_model", "make_pair", "output_vocab_size", "tiny_model"]
+__all__ = ["ModelPair", "check_same_vocab", "early_exit_model", "guard_shared_weights", "make_pair",
+           "output_vocab_size", "tiny_model"]
 
 
 @dataclass(frozen=True)
@@ -193,7 +196,45 @@ def early_exit_model(model: nn.Module, num_layers: int) -> nn.Module:
         setattr(node, name, child)
         node = child
     setattr(node, leaf, nn.ModuleList(list(getattr(node, leaf))[:num_layers]))
+    guard_shared_weights(root, model)
     return root
+
+
+def guard_shared_weights(draft: nn.Module, target: nn.Module) -> None:
+    """Make ``draft`` refuse a cast or move that would change the weights it shares with ``target``.
+
+    A draft built from a target's own modules (:func:`early_exit_model`, the trained draft
+    of ``mspec_lab``) holds the target's parameters, not copies: ``draft.to(torch.bfloat16)``
+    would convert part of the target in place and leave the rest, and the target would then
+    fail. After this call every ``draft.to(...)``, ``.half()``, ``.cuda()``, ... that would
+    change the dtype or device of a shared parameter raises a ``ValueError`` naming the fix
+    (cast or move the target, then build the draft from it again), before anything changes.
+    Conversions that change nothing (``.to(same device)``, ``.float()`` of float32) and copies
+    (``copy.deepcopy(draft)`` shares nothing) are left alone.
+
+    Args:
+        draft: the draft model, changed in place (an instance-level ``_apply``).
+        target: the model whose parameters ``draft`` shares (held by a weak reference).
+    """
+    target_ref = weakref.ref(target)
+
+    def _apply(self, fn, *args, **kwargs):
+        owner = target_ref()
+        owned = {id(p) for p in owner.parameters()} if owner is not None else set()
+        shared = next((p for p in self.parameters() if id(p) in owned), None)
+        if shared is not None:
+            probe = fn(torch.zeros((), dtype=shared.dtype, device=shared.device))
+            if (probe.dtype, probe.device) != (shared.dtype, shared.device):
+                raise ValueError(
+                    f"this draft shares its embedding and first layers with the target (the same "
+                    f"parameters, not copies): converting it to {probe.dtype} on {probe.device} would "
+                    "convert part of the target too. Cast or move the target instead, then build the "
+                    "draft from it again (e.g. load_pair(..., dtype=..., device=...) or "
+                    "early_exit_model(target.to(...), n))"
+                )
+        return type(self)._apply(self, fn, *args, **kwargs)
+
+    draft._apply = types.MethodType(_apply, draft)
 
 
 def _decoder_layers_path(model: nn.Module, total: int) -> str:

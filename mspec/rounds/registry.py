@@ -87,6 +87,7 @@ def _per_position(scheme, params: dict, k: int, temps: list[float]) -> PerPositi
         raise ValueError(f"verify='per-position' runs a token-level scheme at each position: `scheme` must be one "
                          f"of {sorted(registry.SCHEMES)}, got {scheme!r}")
     cls = registry.SCHEMES[scheme]
+    registry.check_scheme_params(scheme, params)
     if scheme == "single" and k != 1:
         raise ValueError(f"scheme='single' is single-draft sampling: pass num_drafts=1 (got {k}), or a K-draft "
                          "scheme such as 'specinfer' or 'optimal'")

@@ -213,6 +213,16 @@ def _tuple_weights(draft, target, k, max_variables) -> np.ndarray:
     return _tuple_solution(draft, target, k, max_variables)[0]
 
 
+def _tuple_variables(vocab: int, k: int) -> int:
+    """Variables of the tuple LP: ``b_y(t)`` for K tokens of each of ``V^K`` tuples, then ``u_y``."""
+    return vocab**k * k + vocab
+
+
+def _pair_variables(vocab: int) -> int:
+    """Variables of the pair LP: one weight per pair ``i < j``, then ``u_y``."""
+    return vocab * (vocab - 1) // 2 + vocab
+
+
 def _tuple_solution(draft, target, k, max_variables):
     """The canonical LP for any K (the first formulation of the module docstring).
 
@@ -221,7 +231,7 @@ def _tuple_solution(draft, target, k, max_variables):
     ``(weights, value, status, gap, log)``.
     """
     vocab = target.shape[0]
-    check_lp_size(vocab**k * k + vocab, max_variables, "canonical LP")
+    check_lp_size(_tuple_variables(vocab, k), max_variables, "canonical LP")
     tuples, probs = draft_tuples(draft, k)
     flat_index = np.ravel_multi_index(tuple(tuples.T), (vocab,) * k)
     in_lp = np.flatnonzero(probs >= LP_MASS_FLOOR)  # the others: see weights_from
@@ -275,7 +285,7 @@ def _pair_solution(draft, target, max_variables):
     per pair ``i < j`` (the second formulation of the module docstring), then ``u_y``.
     Returns :func:`~mspec.schemes.lp.certified_solve`'s ``(weights, value, status, gap, log)``."""
     vocab = target.shape[0]
-    check_lp_size(vocab * (vocab - 1) // 2 + vocab, max_variables, "canonical LP (K = 2, identical)")
+    check_lp_size(_pair_variables(vocab), max_variables, "canonical LP (K = 2, identical)")
     i, j = np.triu_indices(vocab, k=1)
     coef = 2.0 * draft[i] * draft[j]
     # pairs of tiny probability are left out of the LP (HiGHS drops such matrix values)
@@ -368,6 +378,18 @@ class CanonicalScheme(TwoStepScheme):
     """
 
     name = "canonical"
+
+    @classmethod
+    def check_scale(cls, *, vocab_size: int, num_drafts: int, identical: bool = True,
+                    max_variables: int = MAX_LP_VARIABLES, weights=None, **params) -> None:
+        """Refuse an LP of more than ``max_variables`` variables before building it (the pair
+        LP for K = 2 identical drafts, the tuple LP otherwise; given ``weights``, none)."""
+        if weights is not None:
+            return
+        if identical and num_drafts == 2:
+            check_lp_size(_pair_variables(vocab_size), max_variables, "canonical LP (K = 2, identical)")
+        else:
+            check_lp_size(_tuple_variables(vocab_size, num_drafts), max_variables, "canonical LP")
 
     def __init__(self, *, draft, target, num_drafts=None, weights=None, max_variables: int = MAX_LP_VARIABLES):
         super().__init__(draft=draft, target=target, num_drafts=num_drafts)

@@ -113,9 +113,9 @@ def check_lp_size(num_variables: int, max_variables: int, what: str) -> None:
     if num_variables > max_variables:
         raise ValueError(
             f"the {what} would have {num_variables:,} variables, over max_variables="
-            f"{max_variables:,} (it grows like V^K * V); for the optimal acceptance at this size "
-            "use mspec.schemes.closed_form.optimal_acceptance (O(V log V) for identical drafts), and for a "
-            "practical scheme use mspec.schemes.importance.ImportanceSampling ('is')"
+            f"{max_variables:,} (it grows like V^K * V); at this size use scheme 'optimal' (exactly "
+            "optimal at any V for identical drafts), 'specinfer' or 'is' (drafts of their own laws), and "
+            "mspec.optimal_acceptance for the optimal acceptance alone (O(V log V))"
         )
 
 

@@ -154,7 +154,7 @@ def solve_optimal_lp(*, draft, target, num_drafts=None, max_variables: int = MAX
     draft, target, k = check_draft_target(draft, target, num_drafts)
     vocab = target.shape[0]
     worth = _check_worth(worth, vocab, k)
-    check_lp_size(vocab**k * vocab, max_variables, "full optimal-transport LP")
+    OptimalLP.check_scale(vocab_size=vocab, num_drafts=k, max_variables=max_variables)
     tuples, probs = draft_tuples(draft, k)
     gain = _gain(tuples, vocab, worth)
     lp = TransportLP.build(probs, target, gain)
@@ -292,6 +292,12 @@ class OptimalLP(SelectionScheme):
     """
 
     name = "optimal-lp"
+
+    @classmethod
+    def check_scale(cls, *, vocab_size: int, num_drafts: int, identical: bool = True,
+                    max_variables: int = MAX_LP_VARIABLES, **params) -> None:
+        """Refuse an LP of more than ``max_variables`` variables (``V^K * V``) before building it."""
+        check_lp_size(vocab_size**num_drafts * vocab_size, max_variables, "full optimal-transport LP")
 
     def __init__(self, *, draft, target, num_drafts=None, max_variables: int = MAX_LP_VARIABLES):
         super().__init__(draft=draft, target=target, num_drafts=num_drafts)

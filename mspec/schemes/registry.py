@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 from mspec.schemes.canonical import CanonicalScheme
 from mspec.schemes.importance import ImportanceSampling
 from mspec.schemes.importance_paper import PaperImportanceSampling
@@ -44,5 +46,31 @@ def make_scheme(name: str, *, draft, target, num_drafts=None, **params) -> Selec
         target: ``(V,)``.
         num_drafts: K.
         **params: scheme parameters (e.g. ``s`` and ``alphabet`` for ``"is"`` and ``"is-paper"``).
+
+    Raises:
+        ValueError: an unknown ``name``, or a parameter the scheme does not take.
     """
+    check_scheme_params(name, params)
     return get_scheme(name)(draft=draft, target=target, num_drafts=num_drafts, **params)
+
+
+def scheme_param_names(name: str) -> tuple[str, ...]:
+    """The keyword parameters scheme ``name`` takes besides ``draft``, ``target`` and ``num_drafts``."""
+    signature = inspect.signature(get_scheme(name).__init__)
+    return tuple(n for n, p in signature.parameters.items()
+                 if p.kind is p.KEYWORD_ONLY and n not in ("draft", "target", "num_drafts"))
+
+
+def check_scheme_params(name: str, params) -> None:
+    """Refuse parameters scheme ``name`` does not take, naming those it does (before any work).
+
+    Raises:
+        ValueError: an unknown ``name``, ``params`` that is not a mapping, or an unknown key.
+    """
+    if not hasattr(params, "keys"):
+        raise ValueError(f"`scheme_params` must be a dict of keyword arguments of scheme {name!r}, got {params!r}")
+    allowed = scheme_param_names(name)
+    unknown = sorted(set(params) - set(allowed), key=str)
+    if unknown:
+        raise ValueError(f"scheme {name!r} takes no parameter {', '.join(map(repr, unknown))}: its parameters are "
+                         f"{', '.join(map(repr, allowed)) or 'none'}")

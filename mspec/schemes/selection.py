@@ -102,13 +102,16 @@ class SelectionScheme:
     # scheme raises :class:`SchemeError` instead of returning a wrong answer.
 
     def acceptance(self) -> float:
-        """Exact P(Y is one of the drafted tokens).
+        """The scheme's acceptance, computed exactly (no sampling).
 
-        For the two-step schemes with non-optimal selection weights (``"is"``, and
-        ``"canonical"`` with user-given ``weights``) this is the paper's acceptance
-        ``sum_y min(q(y), p_I(y))``, the probability that step 2 accepts the selected
-        draft: a lower bound that the residual can exceed by outputting another draft's
-        token. For every other scheme the two are equal.
+        For SpecInfer, SpecTr, the LP schemes and the optimal scheme it is P(Y is one of
+        the drafted tokens). For the two-step schemes with non-optimal selection weights
+        (the IS schemes ``"is"`` and ``"is-paper"``, and ``"canonical"`` with user-given
+        ``weights``) it is the paper's acceptance ``sum_y min(q(y), p_I(y))``, the
+        probability that step 2 accepts the selected draft: a lower bound on P(Y is a
+        drafted token), which the residual can exceed by outputting another draft's token
+        (by a few thousandths on language-model distributions). The exact P(Y is a drafted
+        token) of any scheme at small V: ``mspec.output_distribution(scheme)[1]``.
 
         Returns:
             a float in ``[0, 1]``.
@@ -178,6 +181,21 @@ class SelectionScheme:
         selected draft.
         """
         return self.conditional(drafts)[1]
+
+    @classmethod
+    def check_scale(cls, *, vocab_size: int, num_drafts: int, identical: bool = True, **params) -> None:
+        """Refuse a size the scheme cannot be built at, before any work (a decoder calls this
+        before its first model call). The default accepts every size.
+
+        Args:
+            vocab_size: V.
+            num_drafts: K.
+            identical: whether the K drafts share one law.
+            **params: the scheme's own keyword arguments, as its constructor takes them.
+
+        Raises:
+            ValueError: naming the size and a scheme that works at it.
+        """
 
     def _acceptance(self) -> float:
         raise NotImplementedError
