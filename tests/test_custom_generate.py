@@ -12,6 +12,8 @@
 The law of the output is tested in ``test_custom_generate_lossless.py``.
 """
 
+from pathlib import Path
+
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models as token_models
@@ -206,3 +208,58 @@ def test_schemes_that_cannot_run_are_refused_before_any_model_call(kwargs, messa
         target.generate(torch.tensor([[1, 2]]), do_sample=True, max_new_tokens=3, custom_generate=mspec.multi_draft_sampling,
                         draft_model=draft, num_drafts=2, **kwargs)
     assert not calls
+
+
+class Recorder:
+    """A streamer that records what it is given (transformers' protocol: put, then end)."""
+
+    def __init__(self):
+        self.chunks, self.ended = [], 0
+
+    def put(self, ids):
+        self.chunks.append(ids.reshape(-1).tolist())
+
+    def end(self):
+        self.ended += 1
+
+
+def test_stream_and_stop_texts_are_the_callables_own_arguments(pair, tok):
+    """``stream=`` gets the prompt, then every emitted token, then ``end()``; ``stop_texts=`` ends
+    the output where transformers' StopStringCriteria fires, the same tokens as the criterion."""
+    stream = Recorder()
+    out = run(pair, generator=3, stream=stream)[0].tolist()
+    assert stream.chunks[0] == PROMPT and sum(stream.chunks[1:], []) == out[len(PROMPT):] and stream.ended == 1
+    for seed in range(6):
+        by_text = run(pair, generator=seed, max_new_tokens=12, stop_texts=["pe", "fo"], text_tokenizer=tok)
+        by_criteria = run(pair, generator=seed, max_new_tokens=12,
+                          stopping_criteria=StoppingCriteriaList([StopStringCriteria(tok, ["pe", "fo"])]))
+        assert torch.equal(by_text, by_criteria)
+    with pytest.raises(ValueError, match="pass text_tokenizer=tokenizer"):
+        run(pair, stop_texts=["pe"])
+    with pytest.raises(ValueError, match="`stream` must be a streamer"):
+        run(pair, stream=print)
+
+
+HUB_FOLDER = Path(__file__).resolve().parents[1] / "hub" / "multi-draft-sampling"
+
+
+def test_the_hub_folder_takes_generates_own_streamer_tokenizer_and_stop_strings(pair, tok):
+    """``generate(custom_generate=<folder>, trust_remote_code=True)`` loads the folder's
+    ``custom_generate/generate.py``, which receives generate's own arguments: the same tokens
+    as the callable with ``stream=`` and ``stop_texts=``; the model card names every argument."""
+    draft, target = pair
+    options = dict(do_sample=True, max_new_tokens=12, draft_model=draft, generator=5)
+    stream = Recorder()
+    via_folder = target.generate(torch.tensor([PROMPT]), custom_generate=str(HUB_FOLDER), trust_remote_code=True,
+                                 streamer=stream, tokenizer=tok, stop_strings=["pe", "fo"], **options)
+    direct = target.generate(torch.tensor([PROMPT]), custom_generate=mspec.multi_draft_sampling,
+                             stop_texts=["pe", "fo"], text_tokenizer=tok, **options)
+    assert torch.equal(via_folder, direct)
+    assert stream.chunks[0] == PROMPT and sum(stream.chunks[1:], []) == via_folder[0, len(PROMPT):].tolist()
+    assert stream.ended == 1
+    with pytest.raises(ValueError, match="pass tokenizer= to generate"):
+        target.generate(torch.tensor([PROMPT]), custom_generate=str(HUB_FOLDER), trust_remote_code=True,
+                        stop_strings=["pe"], **options)
+    card = (HUB_FOLDER / "README.md").read_text()
+    assert all(f"`{name}`" in card for name in ("draft_model", "num_drafts", "draft_length", "scheme", "verify",
+                                                "draft_temperatures", "generator"))

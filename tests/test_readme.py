@@ -31,8 +31,8 @@ def test_the_package_examples_run(capsys):
     assert "The capital of France is" in capsys.readouterr().out  # the streamer printed the text
 
 
-def test_the_transformers_example_runs():
-    (example,) = examples("Use it from transformers")
+def test_the_transformers_example_runs(monkeypatch, capsys):
+    example, folder_example = examples("Use it from transformers")
     namespace = {}
     exec(example, namespace)
     out, inputs = namespace["out"], namespace["inputs"]
@@ -40,3 +40,9 @@ def test_the_transformers_example_runs():
     assert torch.equal(out.sequences[:, :prompt], inputs["input_ids"])
     assert out.speculation.token_ids == out.sequences[0, prompt:].tolist()
     assert out.speculation.block_efficiency >= 1
+    monkeypatch.chdir(README.parent)  # the Hub-style folder, from the repository's root
+    capsys.readouterr()
+    exec(folder_example, namespace)
+    out = namespace["out"]
+    assert torch.equal(out[:, :prompt], inputs["input_ids"]) and out.shape[1] > prompt
+    assert "The capital of France is" in capsys.readouterr().out  # the streamer printed the text

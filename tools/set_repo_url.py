@@ -7,7 +7,7 @@ These repeat it, because Colab, JupyterLab and GitHub do not read ``_config.yml`
 
 * the "Open in Colab" badge in the first cell of every notebook,
   ``https://colab.research.google.com/github/OWNER/NAME/blob/BRANCH/notebooks/FILE.ipynb``;
-* the install line of every notebook's setup cell (and the README's pip line),
+* the install line of every notebook's setup cell (and the pip lines of the README and the Hub folders' model cards),
   ``git+https://github.com/OWNER/NAME@BRANCH``.
 
 After editing ``_config.yml``::
@@ -78,8 +78,9 @@ def _fix_text(text: str, cfg: dict, notebook: str | None) -> str:
 
 
 def targets(root: Path = ROOT) -> list[Path]:
-    """The files that repeat the URL: every notebook under ``notebooks/``, and README.md."""
-    return sorted((root / "notebooks").glob("*.ipynb")) + [root / "README.md"]
+    """The files that repeat the URL: every notebook under ``notebooks/``, README.md and the
+    Hub folders' model cards (``hub/*/README.md``)."""
+    return sorted((root / "notebooks").glob("*.ipynb")) + [root / "README.md"] + sorted(root.glob("hub/*/README.md"))
 
 
 def sync(root: Path = ROOT, *, write: bool = True) -> list[str]:

@@ -23,8 +23,15 @@ Deviations from ``generate``: one prompt at a time (as assisted generation); no 
 one return sequence; ``output_attentions`` / ``output_hidden_states`` are refused; the
 returned ``cache`` is ``None`` (the decoder keeps its own caches); the processors must be
 functions of the token ids and scores they are given (as transformers' are), since they are
-called on drafted prefixes that may be rejected; transformers 5.25 does not pass ``streamer``
-to a callable, so use :func:`~mspec.lm.decoding.speculative_generate` for streaming.
+called on drafted prefixes that may be rejected.
+
+Streaming and stop strings: transformers 5.25 hands a callable neither ``generate``'s
+``streamer`` nor its ``tokenizer`` (so its ``stop_strings`` cannot be built), so the callable
+takes its own ``stream=`` (a streamer) and ``stop_texts=`` with ``text_tokenizer=``. The
+Hub-style folder of the repository (``hub/multi-draft-sampling``, loaded with
+``generate(custom_generate=<folder>, trust_remote_code=True)``) receives every argument of
+``generate`` and takes its own ``streamer=``, ``tokenizer=`` and ``stop_strings=``
+(:func:`generate_from_folder`).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from mspec.lm.checks import check_generator, check_settings
 from mspec.lm.decoding import DRAFT_CACHES, NUMPY_SEED_BOUND, decode_rounds  # noqa: F401 -- DRAFT_CACHES for docs
 from mspec.lm.result import GenerationResult
 
-__all__ = ["MultiDraftOutput", "ProcessorLaw", "multi_draft_sampling"]
+__all__ = ["MultiDraftOutput", "ProcessorLaw", "generate_from_folder", "multi_draft_sampling"]
 
 #: the generation inputs the decoder honours itself (any other model keyword is refused)
 KNOWN_MODEL_KWARGS = frozenset({"attention_mask", "position_ids", "use_cache", "logits_to_keep", "cache",
@@ -120,7 +127,8 @@ def multi_draft_sampling(model, input_ids, logits_processor, stopping_criteria, 
                          synced_gpus=False, streamer=None, *, draft_model=None, num_drafts: int = 2,
                          draft_length: int = 5, scheme: str | None = None, verify: str = "per-position",
                          draft_temperatures=None, scheme_params: dict | None = None, generator=None,
-                         draft_cache: str = "dynamic", **model_kwargs):
+                         draft_cache: str = "dynamic", stream=None, stop_texts=None, text_tokenizer=None,
+                         **model_kwargs):
     """Multi-draft speculative sampling as a ``custom_generate`` callable of transformers' ``generate``.
 
     Use: ``target.generate(**tok(text, return_tensors="pt"), do_sample=True, max_new_tokens=64,
@@ -135,8 +143,8 @@ def multi_draft_sampling(model, input_ids, logits_processor, stopping_criteria, 
         stopping_criteria: ``generate``'s stopping criteria, checked after every emitted token.
         generation_config: ``generate``'s config; needs ``do_sample=True``.
         synced_gpus: must be false (no multi-GPU synchronised decoding).
-        streamer: not passed by transformers 5.25 to a callable; given, it is fed as in
-            :func:`~mspec.lm.decoding.speculative_generate`.
+        streamer: not passed by transformers 5.25 to a callable (``generate`` echoes the
+            prompt to its ``streamer=`` and then nothing): pass ``stream=`` instead.
         draft_model: the causal LM that drafts (same vocabulary as ``model``); required.
         num_drafts: K >= 1 drafts per round.
         draft_length: L >= 1 drafted tokens per draft per round.
@@ -152,6 +160,11 @@ def multi_draft_sampling(model, input_ids, logits_processor, stopping_criteria, 
             same seed and the same target law (note that ``generate`` applies top-k 50 by
             default, ``speculative_generate`` no top-k).
         draft_cache: the draft's KV cache (:data:`mspec.lm.decoding.DRAFT_CACHES`).
+        stream: a streamer with transformers' protocol (``transformers.TextStreamer``): the
+            prompt, then each round's emitted tokens, then ``end()``.
+        stop_texts: strings that end the generation once the output ends in one of them
+            (transformers' ``StopStringCriteria``); needs ``text_tokenizer``.
+        text_tokenizer: the tokenizer of ``stop_texts``.
         **model_kwargs: ``generate``'s model inputs: ``attention_mask`` (0s then 1s; the padding
             is dropped) and the cache bookkeeping ``generate`` adds; any other is an error.
 
@@ -164,6 +177,8 @@ def multi_draft_sampling(model, input_ids, logits_processor, stopping_criteria, 
         ValueError: before any model call, naming the argument and the fix.
     """
     prompt = _check_generation(generation_config, input_ids, synced_gpus, draft_model, model_kwargs)
+    stopping_criteria = _with_stop_texts(stopping_criteria, stop_texts, text_tokenizer)
+    _check_streamer(stream)
     temperature = float(generation_config.temperature or 1.0)
     temps = temperature if draft_temperatures is None else draft_temperatures
     max_new = generation_config.max_length - input_ids.shape[1]
@@ -176,7 +191,8 @@ def multi_draft_sampling(model, input_ids, logits_processor, stopping_criteria, 
     gen = check_generator(generator, model_device(draft_model))
     record = {"logits": [], "scores": []} if generation_config.return_dict_in_generate else None
     result, seq = decode_rounds(settings, draft_model, model, gen, verify=verify, draft_cache=draft_cache,
-                          streamer=streamer, law=ProcessorLaw(logits_processor, temperature),
+                          streamer=stream if stream is not None else streamer,
+                          law=ProcessorLaw(logits_processor, temperature),
                           stop=_stopping(stopping_criteria, input_ids, settings, record))
     # the prompt as given (its padding included), then the output
     sequences = torch.cat([input_ids, torch.tensor([result.token_ids], dtype=input_ids.dtype,
@@ -187,6 +203,60 @@ def multi_draft_sampling(model, input_ids, logits_processor, stopping_criteria, 
         sequences=sequences, speculation=result,
         scores=tuple(record["scores"]) if generation_config.output_scores else None,
         logits=tuple(record["logits"]) if generation_config.output_logits else None)
+
+
+def _with_stop_texts(criteria, stop_texts, tokenizer):
+    """``criteria`` plus transformers' ``StopStringCriteria`` for ``stop_texts`` (checked first)."""
+    if stop_texts is None:
+        return criteria
+    texts = [stop_texts] if isinstance(stop_texts, str) else stop_texts
+    if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) and t for t in texts):
+        raise ValueError(f"`stop_texts` must be a non-empty string or list of strings, got {stop_texts!r}")
+    if tokenizer is None or not callable(getattr(tokenizer, "convert_ids_to_tokens", None)):
+        raise ValueError("`stop_texts` needs the tokenizer that reads them: pass text_tokenizer=tokenizer "
+                         "(generate does not hand its own tokenizer= to a callable)")
+    from transformers import StoppingCriteriaList, StopStringCriteria
+
+    return StoppingCriteriaList([*criteria, StopStringCriteria(tokenizer, list(texts))])
+
+
+def _check_streamer(stream) -> None:
+    if stream is not None and not (callable(getattr(stream, "put", None)) and callable(getattr(stream, "end", None))):
+        raise ValueError(f"`stream` must be a streamer with put() and end() (e.g. transformers.TextStreamer), "
+                         f"got {type(stream).__name__}")
+
+
+def generate_from_folder(model, inputs=None, generation_config=None, logits_processor=None, stopping_criteria=None,
+                         prefix_allowed_tokens_fn=None, synced_gpus=None, assistant_model=None, streamer=None,
+                         negative_prompt_ids=None, negative_prompt_attention_mask=None, **kwargs):
+    """``generate(custom_generate=<folder>, trust_remote_code=True, ...)``: the Hub-style entry point.
+
+    transformers hands a folder's ``custom_generate/generate.py`` every argument of ``generate``;
+    this function takes ``generate``'s own ``streamer=``, ``tokenizer=`` and ``stop_strings=``
+    (which a callable never receives), then runs ``generate`` with :func:`multi_draft_sampling`
+    and the rest of the arguments (``draft_model=``, ``num_drafts=``, ... as there).
+
+    Raises:
+        ValueError: an argument the decoder cannot honour (an assistant model, a prefix
+            function, negative prompts), or stop strings without a tokenizer.
+    """
+    unsupported = {"assistant_model": assistant_model, "prefix_allowed_tokens_fn": prefix_allowed_tokens_fn,
+                   "negative_prompt_ids": negative_prompt_ids,
+                   "negative_prompt_attention_mask": negative_prompt_attention_mask}
+    given = sorted(name for name, value in unsupported.items() if value is not None)
+    if given:
+        raise ValueError(f"multi-draft sampling drafts with draft_model= and takes no {', '.join(given)}; drop it")
+    tokenizer = kwargs.pop("tokenizer", None)
+    stop_strings = kwargs.pop("stop_strings", None)
+    if generation_config is not None and getattr(generation_config, "stop_strings", None):
+        generation_config = generation_config.__class__.from_dict(generation_config.to_dict())
+        stop_strings, generation_config.stop_strings = generation_config.stop_strings, None
+    if stop_strings is not None and tokenizer is None:
+        raise ValueError("stop_strings= needs the tokenizer that reads them: pass tokenizer= to generate")
+    return model.generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
+                          stopping_criteria=stopping_criteria, synced_gpus=synced_gpus,
+                          custom_generate=multi_draft_sampling, stream=streamer, stop_texts=stop_strings,
+                          text_tokenizer=tokenizer if stop_strings is not None else None, **kwargs)
 
 
 def _check_generation(config, input_ids, synced_gpus, draft_model, model_kwargs) -> dict:
