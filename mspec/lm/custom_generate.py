@@ -30,8 +30,8 @@ Streaming and stop strings: transformers 5.25 hands a callable neither ``generat
 takes its own ``stream=`` (a streamer) and ``stop_texts=`` with ``text_tokenizer=``. The
 Hub-style folder of the repository (``hub/multi-draft-sampling``, loaded with
 ``generate(custom_generate=<folder>, trust_remote_code=True)``) receives every argument of
-``generate`` and takes its own ``streamer=``, ``tokenizer=`` and ``stop_strings=``
-(:func:`generate_from_folder`).
+``generate`` and passes its own ``streamer=``, ``tokenizer=`` and ``stop_strings=`` on as
+these arguments.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from mspec.lm.checks import check_generator, check_settings
 from mspec.lm.decoding import DRAFT_CACHES, NUMPY_SEED_BOUND, decode_rounds  # noqa: F401 -- DRAFT_CACHES for docs
 from mspec.lm.result import GenerationResult
 
-__all__ = ["MultiDraftOutput", "ProcessorLaw", "generate_from_folder", "multi_draft_sampling"]
+__all__ = ["MultiDraftOutput", "ProcessorLaw", "multi_draft_sampling"]
 
 #: the generation inputs the decoder honours itself (any other model keyword is refused)
 KNOWN_MODEL_KWARGS = frozenset({"attention_mask", "position_ids", "use_cache", "logits_to_keep", "cache",
@@ -224,39 +224,6 @@ def _check_streamer(stream) -> None:
     if stream is not None and not (callable(getattr(stream, "put", None)) and callable(getattr(stream, "end", None))):
         raise ValueError(f"`stream` must be a streamer with put() and end() (e.g. transformers.TextStreamer), "
                          f"got {type(stream).__name__}")
-
-
-def generate_from_folder(model, inputs=None, generation_config=None, logits_processor=None, stopping_criteria=None,
-                         prefix_allowed_tokens_fn=None, synced_gpus=None, assistant_model=None, streamer=None,
-                         negative_prompt_ids=None, negative_prompt_attention_mask=None, **kwargs):
-    """``generate(custom_generate=<folder>, trust_remote_code=True, ...)``: the Hub-style entry point.
-
-    transformers hands a folder's ``custom_generate/generate.py`` every argument of ``generate``;
-    this function takes ``generate``'s own ``streamer=``, ``tokenizer=`` and ``stop_strings=``
-    (which a callable never receives), then runs ``generate`` with :func:`multi_draft_sampling`
-    and the rest of the arguments (``draft_model=``, ``num_drafts=``, ... as there).
-
-    Raises:
-        ValueError: an argument the decoder cannot honour (an assistant model, a prefix
-            function, negative prompts), or stop strings without a tokenizer.
-    """
-    unsupported = {"assistant_model": assistant_model, "prefix_allowed_tokens_fn": prefix_allowed_tokens_fn,
-                   "negative_prompt_ids": negative_prompt_ids,
-                   "negative_prompt_attention_mask": negative_prompt_attention_mask}
-    given = sorted(name for name, value in unsupported.items() if value is not None)
-    if given:
-        raise ValueError(f"multi-draft sampling drafts with draft_model= and takes no {', '.join(given)}; drop it")
-    tokenizer = kwargs.pop("tokenizer", None)
-    stop_strings = kwargs.pop("stop_strings", None)
-    if generation_config is not None and getattr(generation_config, "stop_strings", None):
-        generation_config = generation_config.__class__.from_dict(generation_config.to_dict())
-        stop_strings, generation_config.stop_strings = generation_config.stop_strings, None
-    if stop_strings is not None and tokenizer is None:
-        raise ValueError("stop_strings= needs the tokenizer that reads them: pass tokenizer= to generate")
-    return model.generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
-                          stopping_criteria=stopping_criteria, synced_gpus=synced_gpus,
-                          custom_generate=multi_draft_sampling, stream=streamer, stop_texts=stop_strings,
-                          text_tokenizer=tokenizer if stop_strings is not None else None, **kwargs)
 
 
 def _check_generation(config, input_ids, synced_gpus, draft_model, model_kwargs) -> dict:
