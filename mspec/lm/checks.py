@@ -32,8 +32,8 @@ class DecodeSettings:
 
 
 def check_settings(prompt_ids, draft_model, target_model, *, scheme, num_drafts, draft_length, draft_temperatures,
-                    target_temperature, top_k, top_p, max_new_tokens, eos_token_id, scheme_params,
-                    tokenizer) -> DecodeSettings:
+                   target_temperature, top_k, top_p, max_new_tokens, eos_token_id, scheme_params,
+                   tokenizer) -> DecodeSettings:
     """Check the arguments of :func:`~mspec.lm.decoding.speculative_generate` (same names),
     and gather them; warn when the draft is the target at the target's temperature.
 
@@ -65,8 +65,8 @@ def check_settings(prompt_ids, draft_model, target_model, *, scheme, num_drafts,
                       f"({target_temperature}): every drafted token is accepted, so the run measures nothing; "
                       "pass a smaller draft (e.g. mspec.lm.models.early_exit_model(target, n)) or other "
                       "draft_temperatures", UserWarning, stacklevel=3)
-    return DecodeSettings(scheme, dict(scheme_params or {}), k, big_l, temps, target_temperature, sampling, prompt,
-                     max_new, eos)
+    return DecodeSettings(scheme, dict(scheme_params or {}), k, big_l, temps, target_temperature, sampling,
+                          prompt, max_new, eos)
 
 
 def _check_identical(scheme, temps: list[float], vocab: int) -> None:

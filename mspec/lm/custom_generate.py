@@ -191,9 +191,9 @@ def multi_draft_sampling(model, input_ids, logits_processor, stopping_criteria, 
     gen = check_generator(generator, model_device(draft_model))
     record = {"logits": [], "scores": []} if generation_config.return_dict_in_generate else None
     result, seq = decode_rounds(settings, draft_model, model, gen, verify=verify, draft_cache=draft_cache,
-                          streamer=stream if stream is not None else streamer,
-                          law=ProcessorLaw(logits_processor, temperature),
-                          stop=_stopping(stopping_criteria, input_ids, settings, record))
+                                streamer=stream if stream is not None else streamer,
+                                law=ProcessorLaw(logits_processor, temperature),
+                                stop=_stopping(stopping_criteria, input_ids, settings, record))
     # the prompt as given (its padding included), then the output
     sequences = torch.cat([input_ids, torch.tensor([result.token_ids], dtype=input_ids.dtype,
                                                    device=input_ids.device)], dim=1)

@@ -227,12 +227,12 @@ def speculative_generate(
         max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, scheme_params=scheme_params, tokenizer=tokenizer)
     gen = check_generator(generator, model_device(draft_model))
     return decode_rounds(settings, draft_model, target_model, gen, verify=verify, draft_cache=draft_cache,
-                   compile_draft=compile_draft, on_round=on_round, streamer=streamer, tokenizer=tokenizer)[0]
+                         compile_draft=compile_draft, on_round=on_round, streamer=streamer, tokenizer=tokenizer)[0]
 
 
-def decode_rounds(settings: DecodeSettings, draft_model, target_model, gen: torch.Generator, *, verify: str, draft_cache: str,
-            compile_draft: bool = False, on_round=None, streamer=None, tokenizer=None, law=None,
-            stop=None) -> tuple[GenerationResult, list[int]]:
+def decode_rounds(settings: DecodeSettings, draft_model, target_model, gen: torch.Generator, *, verify: str,
+                  draft_cache: str, compile_draft: bool = False, on_round=None, streamer=None, tokenizer=None,
+                  law=None, stop=None) -> tuple[GenerationResult, list[int]]:
     """Run the rounds of one call whose arguments are checked (:func:`speculative_generate`'s names;
     ``law`` and ``stop`` as :class:`_Decoder` takes them).
 

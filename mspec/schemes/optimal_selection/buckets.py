@@ -187,7 +187,7 @@ def split_segment(targets, masses, k, start, bits, margin=CERTIFICATE_MARGIN, so
         # segment, typically an optimum of 1): sort instead
         if inside.size < n:
             sub = split_segment(targets[inside], masses[inside], k, float(top[a0]), bits + BUCKET_BITS, margin,
-                                 sort_below)
+                                sort_below)
             n_buckets = a_masses.size - (a1 - a0) + sub[5]
             a_masses, x, blocks, top = splice(a_masses, x, blocks, top, j0, j1, a0, a1, sub[:4])
             atom_of_bucket[atom_of_bucket >= a1] += sub[0].size - (a1 - a0)

@@ -102,7 +102,7 @@ def power_root(rhs: np.ndarray, g: float, k: int, rising: bool, start: float, st
 
 
 def power_root_both(rising_rhs: np.ndarray, falling_rhs: np.ndarray, g: float, k: int, rising_start: float,
-                     falling_start: float) -> np.ndarray:
+                    falling_start: float) -> np.ndarray:
     """:func:`power_root` on the rising branch for ``rising_rhs`` and on the falling one for
     ``falling_rhs``, concatenated, with one Newton iteration for all."""
     if k == 2:
