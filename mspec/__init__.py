@@ -11,22 +11,24 @@ lives in :mod:`mspec.lm.models`, :mod:`mspec.lm.decoding` and :mod:`mspec.lm.cus
 ``import mspec`` stays light.
 """
 
+from mspec.distributions import check_distribution, distribution_from_logits
+from mspec.fast.importance_ratio import RatioImportanceSampling
+from mspec.fast.optimal_selection import OptimalSelection, lex_optimal_induced
+from mspec.fast.spectr_newton import NewtonSpecTr
+from mspec.plots.figure2 import figure2_curves
+from mspec.registry import SCHEMES, get_scheme, make_scheme
 from mspec.schemes.canonical import CanonicalScheme, solve_canonical_lp
 from mspec.schemes.closed_form import acceptance_is_one, optimal_acceptance
-from mspec.distributions import check_distribution, distribution_from_logits
 from mspec.schemes.exact import output_distribution
-from mspec.plots.figure2 import figure2_curves
 from mspec.schemes.importance import ImportanceSampling
-from mspec.schemes.importance_paper import PaperImportanceSampling
 from mspec.schemes.lp import LPFallbackWarning, LPSolveError
 from mspec.schemes.optimal_lp import OptimalLP, solve_optimal_lp
-from mspec.schemes.optimal_selection import OptimalSelection, lex_optimal_induced
-from mspec.schemes.registry import SCHEMES, get_scheme, make_scheme
+from mspec.schemes.optimal_reference import ReferenceOptimalSelection
 from mspec.schemes.selection import SchemeError, Selection, SelectionScheme
-from mspec.schemes.two_step import TwoStepScheme
 from mspec.schemes.single import SingleDraft, single_draft_acceptance, single_draft_sample
 from mspec.schemes.specinfer import SpecInfer, specinfer_acceptance, specinfer_sample
 from mspec.schemes.spectr import SpecTr, spectr_acceptance, spectr_sample
+from mspec.schemes.two_step import TwoStepScheme
 
 __version__ = "0.1.0"
 
@@ -43,44 +45,26 @@ _LAZY = {
 }
 
 
+#: public names that were renamed -> what to use now
+_RENAMED = {"PaperImportanceSampling": "ImportanceSampling (the paper's IS scheme, 'is'); our variant is "
+                                       "RatioImportanceSampling ('is-ratio')"}
+
+
 def __getattr__(name):
     if name in _LAZY:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _RENAMED:
+        raise AttributeError(f"mspec.{name} is now mspec.{_RENAMED[name]}")
     raise AttributeError(f"module 'mspec' has no attribute {name!r}")
 
-__all__ = [
-    "CanonicalScheme",
-    "ImportanceSampling",
-    "LPFallbackWarning",
-    "LPSolveError",
-    "OptimalLP",
-    "OptimalSelection",
-    "PaperImportanceSampling",
-    "SCHEMES",
-    "SchemeError",
-    "Selection",
-    "SelectionScheme",
-    "SingleDraft",
-    "SpecInfer",
-    "SpecTr",
-    "TwoStepScheme",
-    "acceptance_is_one",
-    "check_distribution",
-    "distribution_from_logits",
-    "get_scheme",
-    "make_scheme",
-    "figure2_curves",
-    "lex_optimal_induced",
-    "optimal_acceptance",
-    "output_distribution",
-    "single_draft_acceptance",
-    "solve_canonical_lp",
-    "solve_optimal_lp",
-    "single_draft_sample",
-    "specinfer_acceptance",
-    "specinfer_sample",
-    "spectr_acceptance",
-    "spectr_sample",
-]
+
+__all__ = ["CanonicalScheme", "ImportanceSampling", "LPFallbackWarning", "LPSolveError", "NewtonSpecTr",
+           "OptimalLP", "OptimalSelection", "RatioImportanceSampling", "ReferenceOptimalSelection", "SCHEMES",
+           "SchemeError", "Selection", "SelectionScheme", "SingleDraft", "SpecInfer", "SpecTr",
+           "TwoStepScheme", "acceptance_is_one", "check_distribution", "distribution_from_logits",
+           "figure2_curves", "get_scheme", "lex_optimal_induced", "make_scheme", "optimal_acceptance",
+           "output_distribution", "single_draft_acceptance", "single_draft_sample", "solve_canonical_lp",
+           "solve_optimal_lp", "specinfer_acceptance", "specinfer_sample", "spectr_acceptance",
+           "spectr_sample"]

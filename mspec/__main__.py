@@ -8,7 +8,7 @@ import argparse
 
 import numpy as np
 
-from mspec.schemes.registry import SCHEMES, make_scheme
+from mspec.registry import SCHEMES, make_scheme
 
 EXAMPLES = {
     "paper Fig. 2 (p uniform, q = [1/3, 0.5, 1/6])": ([1 / 3, 1 / 3, 1 / 3], [1 / 3, 0.5, 1 / 6]),
@@ -21,7 +21,7 @@ EXAMPLES = {
 
 
 HEADER = ("Acceptance of each scheme, computed exactly: P(output is one of the K drafts); for\n"
-          "the IS schemes ('is', 'is-paper') P(the selected draft is accepted), a lower bound\n"
+          "the IS schemes ('is', 'is-ratio') P(the selected draft is accepted), a lower bound\n"
           "on it. Every scheme is lossless (its output follows q exactly).")
 
 

@@ -193,6 +193,14 @@ def _check_rows(arr: np.ndarray, name: str) -> np.ndarray:
     return arr / sums[..., None] if arr.ndim > 1 else arr / sums
 
 
+def check_temperature(value, name: str = "temperature") -> float:
+    """``value`` as a float, or a ``ValueError`` naming ``name`` unless it is a number > 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(f"`{name}` must be a number > 0, got {value!r}; for (near-)greedy decoding use a "
+                         "small positive temperature")
+    return float(value)
+
+
 def distribution_from_logits(logits, *, temperature: float = 1.0, top_k=None, top_p=None):
     """Softmax of ``logits / temperature`` restricted to the top-k and/or top-p tokens.
 
@@ -213,11 +221,7 @@ def distribution_from_logits(logits, *, temperature: float = 1.0, top_k=None, to
         before the softmax, since a float16 softmax over 50k tokens underflows thousands of
         entries to 0 and a bfloat16 one sums to 1 only within ~1e-4.
     """
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature > 0:
-        raise ValueError(
-            f"`temperature` must be a number > 0, got {temperature!r}; for (near-)greedy decoding use a "
-            "small positive temperature"
-        )
+    check_temperature(temperature)
     if top_k is not None and (
         isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1
     ):

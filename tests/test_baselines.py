@@ -282,17 +282,24 @@ def test_subclasses_follow_the_base_interface():
 
 
 def test_every_scheme_class_of_the_package_is_registered_by_its_name():
+    """Every named scheme class of the paper's room and of the fast room is registered, or is the
+    reference that the registered fast path of its name derives from (SpecTr's bisection)."""
     import importlib
     import inspect
     import pkgutil
 
-    found = set()
+    import mspec.fast
     import mspec.schemes
 
-    for info in pkgutil.walk_packages(mspec.schemes.__path__, prefix="mspec.schemes."):
-        module = importlib.import_module(info.name)
-        found |= {cls for _, cls in inspect.getmembers(module, inspect.isclass)
-                  if issubclass(cls, SelectionScheme) and cls.name and cls.__module__.startswith("mspec.")}
-    assert found and found == set(mspec.SCHEMES.values())
+    found = set()
+    for package in (mspec.schemes, mspec.fast):
+        for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            found |= {cls for _, cls in inspect.getmembers(module, inspect.isclass)
+                      if issubclass(cls, SelectionScheme) and cls.name and cls.__module__.startswith("mspec.")}
+    registered = set(mspec.SCHEMES.values())
+    assert registered <= found
+    assert all(any(issubclass(fast, cls) for fast in registered if fast.name == cls.name) for cls in found - registered)
+    assert found - registered == {mspec.SpecTr} and mspec.SCHEMES["spectr"] is mspec.NewtonSpecTr
     rule = mspec.make_scheme("canonical", draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2)
     assert rule.acceptance() == pytest.approx(mspec.optimal_acceptance(draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2))

@@ -18,11 +18,8 @@ from transformers import MistralConfig, MistralForCausalLM
 
 from mspec.lm import cache, decoding
 from mspec_lab.rounding import logit_tolerance
-from mspec.lm.decoding import (
-    COMPILED_STEP_WIDTH,
-    STATIC_CACHE_MULTIPLE,
-    speculative_generate,
-)
+from mspec.lm.cache import COMPILED_STEP_WIDTH, STATIC_CACHE_MULTIPLE
+from mspec.lm.decoding import speculative_generate
 
 # runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
 pytestmark = pytest.mark.model
@@ -36,7 +33,7 @@ CASES = [
     dict(scheme="specinfer", num_drafts=3, draft_length=3, max_new_tokens=30, generator=3),
     dict(scheme="spectr", num_drafts=3, draft_length=4, max_new_tokens=23, generator=1),
     dict(scheme="optimal", num_drafts=3, draft_length=4, draft_temperatures=2.0, max_new_tokens=40, generator=5),
-    dict(scheme="is", num_drafts=2, draft_length=5, max_new_tokens=40, generator=11, top_p=0.9),
+    dict(scheme="is-ratio", num_drafts=2, draft_length=5, max_new_tokens=40, generator=11, top_p=0.9),
     dict(scheme="specinfer", num_drafts=4, draft_length=3, draft_temperatures=[1.0, 1.2, 1.2, 1.6],
          max_new_tokens=30, generator=2, top_k=5),
     dict(scheme="single", num_drafts=1, draft_length=4, max_new_tokens=30, generator=8, eos_token_id=1),
@@ -84,14 +81,14 @@ def test_static_cache_holds_the_accepted_prefix_in_every_row(models, monkeypatch
     """Cached logits equal a full recomputation (all K rows), and after each round every row
     of every layer holds the same keys and values, bit for bit, up to the kept length."""
     draft_model, target_model = models
-    forward, keep = decoding.CachedModel.forward, decoding.StaticCachedModel.keep
+    forward, keep = cache.CachedModel.forward, cache.StaticCachedModel.keep
     seen = {"forward": 0, "keep": 0}
     exact_models = {}
 
     def checked_forward(self, input_ids, last=1):
         before = self.tokens
         logits = forward(self, input_ids, last)
-        if isinstance(self, decoding.StaticCachedModel):
+        if isinstance(self, cache.StaticCachedModel):
             ids = torch.cat([before, input_ids], dim=1)
             with torch.no_grad():
                 full = self.model(input_ids=ids).logits.double()
@@ -113,8 +110,8 @@ def test_static_cache_holds_the_accepted_prefix_in_every_row(models, monkeypatch
                 assert all(torch.equal(buffer[r, :, :length], buffer[0, :, :length]) for r in range(3))
         seen["keep"] += 1
 
-    monkeypatch.setattr(decoding.CachedModel, "forward", checked_forward)
-    monkeypatch.setattr(decoding.StaticCachedModel, "keep", checked_keep)
+    monkeypatch.setattr(cache.CachedModel, "forward", checked_forward)
+    monkeypatch.setattr(cache.StaticCachedModel, "keep", checked_keep)
     result = speculative_generate([2, 5, 3], draft_model=draft_model, target_model=target_model, num_drafts=3,
                                   draft_length=3, max_new_tokens=30, generator=3, draft_cache="static",
                                   eos_token_id=False)
@@ -202,7 +199,7 @@ def test_compiled_call_is_transformers_own():
     from transformers import CompileConfig
 
     model = tiny_opt(0)
-    step = decoding.compiled_call(model)
+    step = cache.compiled_call(model)
     assert CompileConfig().mode == "reduce-overhead"
     assert model.get_compiled_call(CompileConfig()) is step
     assert step._torchdynamo_orig_callable == model.__call__

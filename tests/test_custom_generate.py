@@ -197,7 +197,7 @@ def test_drafting_with_the_target_at_its_temperature_warns(pair):
 @pytest.mark.parametrize("kwargs, message", [
     (dict(scheme="optimal-lp"), "full optimal-transport LP would have"),
     (dict(scheme="canonical"), "canonical LP"),
-    (dict(scheme="is", scheme_params={"foo": 5}), "takes no parameter 'foo'"),
+    (dict(scheme="is-ratio", scheme_params={"foo": 5}), "takes no parameter 'foo'"),
 ])
 def test_schemes_that_cannot_run_are_refused_before_any_model_call(kwargs, message):
     target, draft = tiny_model(seed=1, vocab_size=3000).eval(), tiny_model(seed=0, vocab_size=3000).eval()

@@ -30,7 +30,7 @@ from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor,
                           TopKLogitsWarper, TopPLogitsWarper)
 
 from mspec.lm.custom_generate import multi_draft_sampling
-from mspec.schemes import registry
+from mspec import registry
 
 # runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
 pytestmark = pytest.mark.model

@@ -10,11 +10,11 @@ import pytest
 import torch
 from transformers import OPTConfig, OPTForCausalLM
 
-from mspec.lm import decoding
+from mspec.lm import cache, decoding
 
-from mspec.schemes import registry
+from mspec import registry
 from mspec.lm.decoding import autoregressive_generate, generate_with_baselines, speculative_generate
-from mspec.rounds import make_round_rule
+from mspec.rounds import make_round_rule, per_position
 from mspec_lab.rounding import logit_tolerance
 
 # runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
@@ -58,7 +58,7 @@ def test_cached_logits_equal_full_recomputation(models, monkeypatch):
     """Every cached forward pass (both models, all K rows) equals a forward pass without cache."""
     draft_model, target_model = models
     calls = {"n": 0, "rows": set()}
-    forward = decoding.CachedModel.forward
+    forward = cache.CachedModel.forward
     exact_models = {}
 
     def checked_forward(self, input_ids, last=1):
@@ -75,7 +75,7 @@ def test_cached_logits_equal_full_recomputation(models, monkeypatch):
         calls["rows"].add(input_ids.shape[0])
         return logits
 
-    monkeypatch.setattr(decoding.CachedModel, "forward", checked_forward)
+    monkeypatch.setattr(cache.CachedModel, "forward", checked_forward)
     result = speculative_generate(
         [2, 5, 3], draft_model=draft_model, target_model=target_model, num_drafts=3, draft_length=3,
         max_new_tokens=30, generator=3, eos_token_id=False,  # no end-of-sequence: run all 30 tokens
@@ -90,14 +90,14 @@ def test_caches_hold_the_accepted_prefix(models, monkeypatch):
     """After each round both batch-1 caches hold a prefix of prompt + output."""
     draft_model, target_model = models
     kept = []
-    keep = decoding.CachedModel.keep
+    keep = cache.CachedModel.keep
 
     def recording_keep(self, row, length):
         keep(self, row, length)
         kept.append(self.tokens[0].tolist())
         assert self.cache.get_seq_length() == self.tokens.shape[1] == length
 
-    monkeypatch.setattr(decoding.CachedModel, "keep", recording_keep)
+    monkeypatch.setattr(cache.CachedModel, "keep", recording_keep)
     prompt = [4, 1]
     result = speculative_generate(prompt, draft_model=draft_model, target_model=target_model,
                                   num_drafts=2, draft_length=4, max_new_tokens=25, generator=0)
@@ -136,7 +136,7 @@ def test_output_and_metrics(models):
 
 def test_scheme_is_built_only_for_two_or_more_alive_drafts(models, monkeypatch):
     """A position with one alive draft runs single-draft sampling without building the scheme."""
-    from mspec.schemes import registry
+    from mspec import registry
 
     draft_model, target_model = models
     built = []
@@ -166,7 +166,7 @@ def test_expected_round_tokens(models):
     assert rounds
     drafted, draft_probs, target_probs = rounds[0]
     rng = np.random.default_rng(0)
-    for scheme in ("optimal", "is", "spectr"):
+    for scheme in ("optimal", "is-ratio", "spectr"):
         expected = decoding.expected_round_tokens(drafted, draft_probs, target_probs, scheme=scheme,
                                                   draft_temperatures=[1.6] * 3)
         assert 1.0 <= expected <= 4.0
@@ -206,7 +206,7 @@ def _toy_tree_model(vocab, temperature):
 
 
 @pytest.mark.parametrize("scheme, k, eos", [("optimal", 3, None), ("spectr", 2, None), ("specinfer", 3, 2),
-                                           ("is", 2, None)])
+                                           ("is-ratio", 2, None)])
 def test_expected_round_tokens_control_has_mean_zero(scheme, k, eos):
     """Z_j (reach-weighted acceptance given the drafts minus its mean) averages to exactly 0
     over every draft tree, enumerated with its probability (V = 3, L = 2); it is not 0 on
@@ -371,8 +371,8 @@ def test_drafts_with_one_prefix_sample_from_one_bit_identical_row(models):
 def test_position_scheme_is_the_one_place_that_decides():
     rows = np.array([[0.5, 0.5], [0.5, 0.5], [0.2, 0.8]])
     target = np.tile([0.9, 0.1], (3, 1))
-    assert isinstance(decoding.position_scheme("optimal", {}, rows, target, [1.0] * 3, [1]), registry.get_scheme("single"))
-    rule = decoding.position_scheme("spectr", {}, rows, target, [1.0, 1.0, 2.0], [0, 1])
+    assert isinstance(per_position.position_scheme("optimal", {}, rows, target, [1.0] * 3, [1]), registry.get_scheme("single"))
+    rule = per_position.position_scheme("spectr", {}, rows, target, [1.0, 1.0, 2.0], [0, 1])
     assert rule.identical and rule.num_drafts == 2
-    rule = decoding.position_scheme("specinfer", {}, rows, target, [1.0, 1.0, 2.0], [0, 2])
+    rule = per_position.position_scheme("specinfer", {}, rows, target, [1.0, 1.0, 2.0], [0, 2])
     assert not rule.identical and rule.num_drafts == 2

@@ -20,7 +20,7 @@ import torch
 from tokenizers import Tokenizer, models as word_models, pre_tokenizers
 from transformers import BatchEncoding, MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast, TextStreamer
 
-from mspec.lm import decoding
+from mspec.lm import cache, decoding
 from mspec.lm.decoding import autoregressive_generate, speculative_generate
 from mspec.lm.models import tiny_model
 from mspec_lab.rounding import logit_tolerance
@@ -200,7 +200,7 @@ BAD = [
     (dict(eos_token_id=2.0), "`eos_token_id` must be token ids"),
     (dict(scheme="single", num_drafts=2), "scheme='single'.*num_drafts=1"),
     (dict(scheme="optimal", draft_temperatures=[1.0, 1.5]),
-     "scheme='optimal' needs identical drafts.*'specinfer', 'is', 'is-paper', 'optimal-lp'"),
+     "scheme='optimal' needs identical drafts.*V = 16: 'specinfer', 'optimal-lp', 'canonical', 'is', 'is-ratio'"),
     (dict(scheme="spectr", draft_temperatures=[1.0, 1.5]), "scheme='spectr' needs identical drafts"),
 ]
 
@@ -214,12 +214,12 @@ def test_bad_options_fail_before_any_model_call(pair, no_model_call, bad, match)
 
 def test_the_fix_for_identical_drafts_works_at_a_large_vocabulary(pair, no_model_call):
     """At V = 5000 the LP schemes (V^K tuples) are not offered; the offered ones are real schemes."""
-    from mspec.schemes import registry
+    from mspec import registry
 
-    with pytest.raises(ValueError, match="V = 5000: 'specinfer', 'is', 'is-paper' \\(or verify='traversal'\\)$"):
+    with pytest.raises(ValueError, match="V = 5000: 'specinfer', 'is', 'is-ratio' \\(or verify='traversal'\\)$"):
         speculative_generate(PROMPT, draft_model=no_model_call, target_model=no_model_call,
                              scheme="optimal", draft_temperatures=[1.0, 1.5], generator=0)
-    assert all(registry.SCHEMES[name].supports_non_identical for name in ("specinfer", "is", "is-paper"))
+    assert all(registry.SCHEMES[name].supports_non_identical for name in ("specinfer", "is", "is-ratio"))
 
 
 def tiny_mistral(seed: int, sliding_window: int = 3, layer_types=None) -> MistralForCausalLM:
@@ -237,7 +237,7 @@ def test_sliding_window_models_decode_with_exact_cached_logits(monkeypatch):
     """Prompts longer than the window, rounds that reject (the caches roll back past the window)
     and rounds that accept all: every cached forward pass equals a full recomputation."""
     target, draft = tiny_mistral(0), tiny_mistral(1)
-    forward, worst, rows = decoding.CachedModel.forward, [0.0], set()
+    forward, worst, rows = cache.CachedModel.forward, [0.0], set()
     exact = {id(m): copy.deepcopy(m).double() for m in (target, draft)}
 
     def checked_forward(self, input_ids, last=1):
@@ -252,7 +252,7 @@ def test_sliding_window_models_decode_with_exact_cached_logits(monkeypatch):
         rows.add(input_ids.shape[0])
         return logits
 
-    monkeypatch.setattr(decoding.CachedModel, "forward", checked_forward)
+    monkeypatch.setattr(cache.CachedModel, "forward", checked_forward)
     for prompt in ([3, 4], list(range(2, 12))):
         result = speculative_generate(prompt, draft_model=draft, target_model=target, num_drafts=3, draft_length=3,
                                       max_new_tokens=40, eos_token_id=False, generator=0)
@@ -274,9 +274,9 @@ def test_cache_layers_that_cannot_roll_back_are_refused():
     (dict(scheme="optimal-lp", num_drafts=2), "full optimal-transport LP would have"),
     (dict(scheme="canonical", num_drafts=3), "canonical LP would have"),
     (dict(scheme="canonical", num_drafts=2), r"canonical LP \(K = 2, identical\) would have"),
-    (dict(scheme="is", num_drafts=2, scheme_params={"foo": 5}), "takes no parameter 'foo'.*'s', 'alphabet'"),
+    (dict(scheme="is-ratio", num_drafts=2, scheme_params={"foo": 5}), "takes no parameter 'foo'.*'s', 'alphabet'"),
     (dict(scheme="spectr", num_drafts=2, scheme_params={"s": 5}), "takes no parameter 's'.*none"),
-    (dict(scheme="is", num_drafts=2, scheme_params=[("s", 2)]), "`scheme_params` must be a dict"),
+    (dict(scheme="is-ratio", num_drafts=2, scheme_params=[("s", 2)]), "`scheme_params` must be a dict"),
 ])
 def test_schemes_that_cannot_run_are_refused_before_any_model_call(kwargs, message):
     """An LP scheme at a vocabulary it cannot solve over, or a parameter the scheme does not

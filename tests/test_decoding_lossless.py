@@ -14,7 +14,7 @@ from scipy import stats
 from sampling import memoized
 from test_decoding import perturbed, tiny_opt
 
-from mspec.schemes import registry
+from mspec import registry
 from mspec.lm.decoding import speculative_generate
 from mspec.distributions import distribution_from_logits
 from mspec.schemes.selection import Selection, SelectionScheme, sample_index
@@ -97,8 +97,8 @@ def configurations():
         if cls.supports_non_identical:
             configs.append((name, dict(num_drafts=2, draft_temperatures=[1.2, 1.6])))
     configs.append(("specinfer", dict(num_drafts=2, target_temperature=0.8, top_k=5, top_p=0.9)))
-    if "is" in registry.SCHEMES:  # truncated LP and alphabet, three drafts: scheme_params reach the scheme
-        configs.append(("is", dict(num_drafts=3, scheme_params=dict(s=2, alphabet=4))))
+    if "is-ratio" in registry.SCHEMES:  # truncated LP and alphabet, three drafts: scheme_params reach the scheme
+        configs.append(("is-ratio", dict(num_drafts=3, scheme_params=dict(s=2, alphabet=4))))
     # block verification (one draft, the block verified jointly), also with top-k / top-p
     configs.append((None, dict(num_drafts=1, verify="block")))
     configs.append((None, dict(num_drafts=1, verify="block", target_temperature=0.8, top_k=5, top_p=0.9)))
@@ -107,7 +107,7 @@ def configurations():
     configs.append((None, dict(num_drafts=2, verify="traversal", draft_temperatures=[1.2, 1.6])))
     configs.append((None, dict(num_drafts=2, verify="traversal", target_temperature=0.8, top_k=5, top_p=0.9)))
     configs.append(("optimal", dict(num_drafts=3, verify="selected-block")))
-    configs.append(("is", dict(num_drafts=2, verify="selected-block", top_k=5, top_p=0.9)))
+    configs.append(("is-ratio", dict(num_drafts=2, verify="selected-block", top_k=5, top_p=0.9)))
     return configs
 
 

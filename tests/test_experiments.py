@@ -166,7 +166,7 @@ def test_interrupted_sweep_resumes_without_recomputing(tmp_path, capsys):
         st = summary["stats"]["dolly"]
         assert st["optimal"][str(k)]["n"] == 4
         # the optimum bounds every scheme at every position, hence on average
-        for scheme in ("is", "spectr", "specinfer"):
+        for scheme in ("is-ratio", "spectr", "specinfer"):
             assert st["optimal"][str(k)]["mean"] >= st[scheme][str(k)]["mean"] - 1e-12
     dec = json.loads((tmp_path / "decoding.json").read_text())
     assert dec["smoke_test"] is True and dec["settings"]["smoke_test"] is True
@@ -177,7 +177,7 @@ def test_interrupted_sweep_resumes_without_recomputing(tmp_path, capsys):
 def test_acceptance_command_rows_are_exact(tmp_path, tiny_pair):
     """Each stored acceptance equals the scheme's exact acceptance at that position."""
     from mspec_lab.experiments.inputs import derived_seed, load_dataset_prompts
-    from mspec.schemes.registry import make_scheme
+    from mspec.registry import make_scheme
 
     argv = ["acceptance", *COMMON, *ACCEPTANCE, "--out", str(tmp_path), "--datasets", "dolly", "--acc-drafts", "2"]
     assert main(argv) == 0
@@ -203,7 +203,7 @@ def test_decoding_command_one_experiment(tmp_path, capsys):
     assert "Table 1: block efficiency vs K" in out and "Table 4" not in out
     rows = csv_rows(tmp_path / "decoding.csv")
     methods = sorted(json.loads(r["key"])["method"] for r in rows)
-    assert methods == ["autoregressive", "is", "is", "is-paper", "is-paper", "optimal", "optimal", "single",
+    assert methods == ["autoregressive", "is", "is", "is-ratio", "is-ratio", "optimal", "optimal", "single",
                        "specinfer", "specinfer", "spectr", "spectr"]
     for r in rows:
         assert 1.0 <= float(r["block_efficiency"]) <= 6.0
@@ -291,7 +291,7 @@ def test_acceptance_in_memory(tiny_pair, tmp_path, monkeypatch):
     assert set(values) == {("dolly", s, k) for s, k, _ in settings.jobs()}
     assert all(v.shape == (positions,) for v in values.values())
     for k in settings.drafts:
-        assert np.all(values["dolly", "optimal", k] >= values["dolly", "is", k] - 1e-9)
+        assert np.all(values["dolly", "optimal", k] >= values["dolly", "is-ratio", k] - 1e-9)
     stats = acceptance.summarize(run)
     assert stats["dolly"]["optimal"][2]["mean"] == pytest.approx(values["dolly", "optimal", 2].mean())
     assert [(d, k) for d, k, _, _ in acceptance.check_ordering(stats, settings.drafts)] == [("dolly", 2), ("dolly", 4)]
@@ -446,12 +446,12 @@ def test_rounds_estimators():
 
 
 def test_paper_tables_shape():
-    assert set(paper.TABLE1_BLOCK_EFFICIENCY) == {"is-paper", "spectr", "specinfer"}
+    assert set(paper.TABLE1_BLOCK_EFFICIENCY) == {"is", "spectr", "specinfer"}
     assert set(paper.TABLE1_BLOCK_EFFICIENCY) < set(paper.COMPARED_SCHEMES)
     for dataset in ("xsum", "dolly"):
         for k in (2, 4, 8):  # the paper's ordering, which ours should reproduce
             t = paper.TABLE3_ACCEPTANCE[dataset]
-            assert t["optimal"][k] >= t["is-paper"][k] >= t["spectr"][k] >= t["specinfer"][k]
+            assert t["optimal"][k] >= t["is"][k] >= t["spectr"][k] >= t["specinfer"][k]
     for table in (paper.TABLE5_ROUGE_L, paper.TABLE6_BLEU):
         assert all(len(v) == len(paper.TEMPERATURES) for v in table.values())
 
@@ -552,7 +552,7 @@ def test_paper_run_check_values_are_recomputable(tiny_results, tiny_pair):
             target_temperature=s["target_temperature"], seed=derived_seed(s["seed"], prompt.tag))
         again = [acceptance.token_acceptance(entry["scheme"], draft=draft[j], target=target[j], num_drafts=entry["K"],
                                              params={"s": s["is_s"], "alphabet": s["is_alphabet"]}
-                                             if entry["scheme"] == "is" else None)
+                                             if entry["scheme"] == "is-ratio" else None)
                  for j in range(len(entry["acceptance"]))]
         np.testing.assert_allclose(again, entry["acceptance"], atol=1e-9)
 

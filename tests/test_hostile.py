@@ -28,7 +28,7 @@ from mspec.schemes.canonical import CanonicalScheme
 from mspec.schemes.closed_form import optimal_acceptance
 from mspec.distributions import distribution_from_logits
 from mspec.schemes.exact import output_distribution
-from mspec.schemes.registry import make_scheme
+from mspec.registry import make_scheme
 from sampling import chi2_pvalue, expected_accept_probability, sample_counts
 
 #: scheme name -> (identical drafts only, small V only, extra params)
@@ -42,8 +42,8 @@ SCHEMES = {
     "optimal-greedy": (True, False, {"atoms": "tokens", "tiling": "greedy"}),
     "optimal-lp": (False, True, {}),
     "canonical": (False, True, {}),
+    "is-ratio": (False, False, {}),
     "is": (False, False, {}),
-    "is-paper": (False, False, {}),
 }
 #: schemes whose acceptance is the optimum (identical drafts)
 OPTIMAL = {"optimal", "optimal-tokens", "optimal-buckets", "optimal-greedy", "optimal-lp", "canonical"}
@@ -79,7 +79,7 @@ def test_exact_law_and_acceptance_on_hostile_inputs(name, case):
         check_exact(name, draft, target, k, family)
 
 
-@pytest.mark.parametrize("name", ["single", "specinfer", "spectr", "is", "is-paper"])
+@pytest.mark.parametrize("name", ["single", "specinfer", "spectr", "is-ratio", "is"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=hostile_cases(max_vocab=8, max_drafts=4, identical=None))
 def test_exact_law_on_larger_hostile_inputs(name, case):
@@ -101,7 +101,7 @@ def check_exact(name, draft, target, k, family):
 def check_acceptance(name, rule, acceptance, enumerated):
     """(b): the scheme's acceptance against independent values."""
     assert 0.0 <= acceptance <= 1.0
-    if name in ("is", "is-paper"):  # the two-step acceptance: a lower bound on P(Y in drafts)
+    if name in ("is-ratio", "is"):  # the two-step acceptance: a lower bound on P(Y in drafts)
         assert acceptance <= enumerated + 1e-12
         assert abs(acceptance - expected_accept_probability(rule)) <= 1e-12
     else:
@@ -116,7 +116,7 @@ def check_acceptance(name, rule, acceptance, enumerated):
 
 
 @pytest.mark.parametrize(("name", "k"), [(name, k) for name in ("specinfer", "spectr") for k in (8, 12, 16)]
-                         + [(name, k) for name in ("optimal", "optimal-tokens", "is", "is-paper") for k in (6, 10)])
+                         + [(name, k) for name in ("optimal", "optimal-tokens", "is-ratio", "is") for k in (6, 10)])
 def test_exact_law_with_many_drafts(name, k):
     """Up to K = 16 at V = 2: 2^K draft tuples, so K = 16 on a few families only, and the
     slower conditionals stop at K = 10 (K = 16 is checked at large V below)."""
@@ -133,7 +133,7 @@ def test_exact_law_with_many_drafts(name, k):
 
 # --- every size where a path changes, up to V = 262144 ---------------------------------------
 @pytest.mark.parametrize("vocab", [4095, 4096, 4097, 50272])
-@pytest.mark.parametrize("name", ["single", "specinfer", "spectr", "optimal", "is", "is-paper"])
+@pytest.mark.parametrize("name", ["single", "specinfer", "spectr", "optimal", "is-ratio", "is"])
 def test_path_sizes_give_valid_results(vocab, name):
     rng = np.random.default_rng(vocab)
     for family in HOSTILE_FAMILIES:
@@ -142,7 +142,7 @@ def test_path_sizes_give_valid_results(vocab, name):
         check_large(name, draft, target, k, rng, family)
 
 
-@pytest.mark.parametrize("name", ["specinfer", "spectr", "optimal", "is", "is-paper"])
+@pytest.mark.parametrize("name", ["specinfer", "spectr", "optimal", "is-ratio", "is"])
 def test_largest_vocabulary(name):
     rng = np.random.default_rng(262144)
     for family in ("lm", "truncated", "one-hot"):
@@ -221,9 +221,9 @@ def pit(target, y, rng):
     return below + rng.random() * float(target[y])
 
 
-@pytest.mark.parametrize("name", ["spectr", "optimal", "specinfer", "is", "is-paper"])
+@pytest.mark.parametrize("name", ["spectr", "optimal", "specinfer", "is-ratio", "is"])
 def test_decoding_stream(name):
-    rng = np.random.default_rng({"spectr": 1, "optimal": 2, "specinfer": 3, "is": 4, "is-paper": 5}[name])
+    rng = np.random.default_rng({"spectr": 1, "optimal": 2, "specinfer": 3, "is-ratio": 4, "is": 5}[name])
     good, broken = [], []
     for draft, target, k in stream(rng, 300):
         rule = build(name, draft, target, k)

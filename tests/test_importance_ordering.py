@@ -1,4 +1,5 @@
-"""Guarantees of the IS scheme's fixed rule beyond exactness (exactness: test_importance.py)."""
+"""Guarantees of our IS variant's fixed rule beyond exactness (``"is-ratio"``; exactness:
+test_importance_ratio.py)."""
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ def test_is_never_below_single_draft(k):
     rng = np.random.default_rng(21)
     for i in range(120):
         draft, target = random_case(rng, vocab=2 + i % 7, num_drafts=1)
-        rule = mspec.ImportanceSampling(draft=draft, target=target, num_drafts=k, s=1 + i % 3, alphabet=3)
+        rule = mspec.RatioImportanceSampling(draft=draft, target=target, num_drafts=k, s=1 + i % 3, alphabet=3)
         assert rule.acceptance() >= mspec.single_draft_acceptance(draft=draft, target=target) - 1e-12
 
 
@@ -24,7 +25,7 @@ def test_is_beats_spectr_on_lm_like_pairs(temperature):
     # (with the priority rule only, IS fell behind SpecTr from K = 3 at temperature 1)
     draft, target = lm_like_pair(OPT_VOCAB_SIZE, seed=1, draft_temperature=temperature)
     for k in (2, 4, 8):
-        is_acc = mspec.ImportanceSampling(draft=draft, target=target, num_drafts=k).acceptance()
+        is_acc = mspec.RatioImportanceSampling(draft=draft, target=target, num_drafts=k).acceptance()
         spectr = mspec.SpecTr(draft=draft, target=target, num_drafts=k).acceptance()
         optimum = mspec.optimal_acceptance(draft=draft, target=target, num_drafts=k)
         assert spectr < is_acc <= optimum + 1e-12, k
@@ -35,11 +36,11 @@ def test_is_acceptance_never_falls_as_drafts_are_added():
     rng = np.random.default_rng(8)
     for i in range(60):
         draft, target = random_case(rng, vocab=3 + i % 5, num_drafts=1)
-        accs = [mspec.ImportanceSampling(draft=draft, target=target, num_drafts=k, s=2, alphabet=3).acceptance()
+        accs = [mspec.RatioImportanceSampling(draft=draft, target=target, num_drafts=k, s=2, alphabet=3).acceptance()
                 for k in (2, 3, 4)]
         assert accs[0] <= accs[1] + 1e-12 and accs[1] <= accs[2] + 1e-12
     draft, target = lm_like_pair(OPT_VOCAB_SIZE, seed=0, draft_temperature=1.0)
-    accs = [mspec.ImportanceSampling(draft=draft, target=target, num_drafts=k).acceptance() for k in (2, 4, 8)]
+    accs = [mspec.RatioImportanceSampling(draft=draft, target=target, num_drafts=k).acceptance() for k in (2, 4, 8)]
     assert accs == sorted(accs)
 
 
@@ -58,5 +59,5 @@ def test_is_ahead_of_spectr_on_real_language_model_distributions():
                                                target_temperature=1.0, seed=0)
     for k in (2, 4, 8):
         acc = {name: np.mean([mspec.make_scheme(name, draft=d, target=t, num_drafts=k).acceptance()
-                              for d, t in zip(drafts, targets)]) for name in ("is", "spectr", "specinfer")}
-        assert acc["is"] >= acc["spectr"] >= acc["specinfer"], (k, acc)
+                              for d, t in zip(drafts, targets)]) for name in ("is-ratio", "spectr", "specinfer")}
+        assert acc["is-ratio"] >= acc["spectr"] >= acc["specinfer"], (k, acc)

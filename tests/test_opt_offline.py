@@ -21,9 +21,9 @@ import torch
 from test_decoding_lossless import binned_chisquare
 from transformers import DynamicCache, OPTConfig, OPTForCausalLM
 
-from mspec.lm import decoding
+from mspec.lm import cache, checks, decoding
 
-from mspec.schemes import registry
+from mspec import registry
 from mspec.lm.decoding import speculative_generate
 from mspec.distributions import distribution_from_logits
 from mspec_lab.models import load_pair
@@ -153,7 +153,7 @@ def test_every_scheme_decodes_a_prompt(pair, scheme):
 def test_cached_logits_equal_full_recomputation(pair, monkeypatch):
     """Every cached forward pass (both models, all K rows) equals one without a cache, in the
     pair's dtype (within its rounding, measured against float64: mspec_lab.rounding)."""
-    forward = decoding.CachedModel.forward
+    forward = cache.CachedModel.forward
     calls = {"n": 0, "rows": set(), "worst": 0.0}
     exact = {id(m): copy.deepcopy(m).double() for m in (pair.draft_model, pair.target_model)}
 
@@ -170,7 +170,7 @@ def test_cached_logits_equal_full_recomputation(pair, monkeypatch):
         calls["rows"].add(input_ids.shape[0])
         return logits
 
-    monkeypatch.setattr(decoding.CachedModel, "forward", checked_forward)
+    monkeypatch.setattr(cache.CachedModel, "forward", checked_forward)
     result = speculative_generate(pair.tokenizer(PROMPT_TEXT)["input_ids"], draft_model=pair.draft_model,
                                   target_model=pair.target_model, num_drafts=3, draft_length=3,
                                   max_new_tokens=24, generator=3)
@@ -213,7 +213,7 @@ def test_keep_selects_the_row_with_a_cpu_index(monkeypatch):
     any device (with device_map="auto" layers live on several GPUs; a CUDA index only works on
     its own GPU)."""
     model = tiny_opt(0, VOCAB)
-    cached = decoding.CachedModel(model)
+    cached = cache.CachedModel(model)
     with torch.no_grad():
         cached.forward(torch.tensor([[2, 5, 7, 9]]))
         cached.expand(3)
@@ -229,25 +229,25 @@ def test_keep_selects_the_row_with_a_cpu_index(monkeypatch):
         assert torch.equal(layer.keys[0], row)
 
     # a cache whose layers sit on two devices (CPU and meta here; two GPUs in the field)
-    cache = DynamicCache()
-    cache.update(torch.randn(3, 2, 4, 8), torch.randn(3, 2, 4, 8), 0)
-    cache.update(torch.randn(3, 2, 4, 8, device="meta"), torch.randn(3, 2, 4, 8, device="meta"), 1)
-    cache.batch_select_indices(seen[0])
-    assert [tuple(layer.keys.shape) for layer in cache.layers] == [(1, 2, 4, 8)] * 2
+    split = DynamicCache()
+    split.update(torch.randn(3, 2, 4, 8), torch.randn(3, 2, 4, 8), 0)
+    split.update(torch.randn(3, 2, 4, 8, device="meta"), torch.randn(3, 2, 4, 8, device="meta"), 1)
+    split.batch_select_indices(seen[0])
+    assert [tuple(layer.keys.shape) for layer in split.layers] == [(1, 2, 4, 8)] * 2
 
 
 def test_default_generator_lives_on_the_draft_models_device():
-    gen = decoding.check_generator(5, torch.device("cpu"))
+    gen = checks.check_generator(5, torch.device("cpu"))
     assert gen.device == torch.device("cpu") and gen.initial_seed() == 5
-    assert decoding.check_generator(None, "cpu").device == torch.device("cpu")
-    assert decoding.check_generator(3, "meta").device == torch.device("cpu")  # no meta generators
+    assert checks.check_generator(None, "cpu").device == torch.device("cpu")
+    assert checks.check_generator(3, "meta").device == torch.device("cpu")  # no meta generators
     given = torch.Generator()
-    assert decoding.check_generator(given, "meta") is given
+    assert checks.check_generator(given, "meta") is given
     with pytest.raises(ValueError, match="generator"):
-        decoding.check_generator(True)
+        checks.check_generator(True)
     # the decoder asks for one on the draft's device (CPU here); an int seed stays reproducible
     seen = []
-    check = decoding.check_generator
+    check = checks.check_generator
 
     def spy(generator, device=None):
         seen.append(device)

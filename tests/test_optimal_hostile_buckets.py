@@ -1,4 +1,4 @@
-"""Hostile inputs for the bucket / slots-and-pool path of "optimal" (mspec.schemes.optimal_selection).
+"""Hostile inputs for the bucket / slots-and-pool path of "optimal" (mspec.fast.optimal_selection).
 
 Paper notation: K i.i.d. drafts from p (``draft``), target q (``target``). Top-k / top-p
 truncation on either side (down to one surviving token), temperatures 0.01..5, wide logits,
@@ -16,9 +16,9 @@ import pytest
 import mspec
 from mspec.schemes.closed_form import optimal_acceptance
 from mspec.schemes.exact import output_distribution
-from mspec.schemes.optimal_selection import OptimalSelection
-from mspec.schemes.optimal_selection.pool import ALL_EDGES_BELOW, PoolPiece
-from mspec.schemes.optimal_selection.roots import power_root
+from mspec.fast.optimal_selection import OptimalSelection
+from mspec.fast.optimal_selection.pool import ALL_EDGES_BELOW, PoolPiece
+from mspec.fast.optimal_selection.roots import power_root
 
 
 def softmax(z):

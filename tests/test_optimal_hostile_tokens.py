@@ -1,4 +1,4 @@
-"""Hostile inputs for the exactly optimal scheme ("optimal", mspec.schemes.optimal_selection), mostly
+"""Hostile inputs for the exactly optimal scheme ("optimal", mspec.fast.optimal_selection), mostly
 with every token its own atom (``atoms="tokens"``), both tilings.
 
 Paper notation: K i.i.d. drafts from p (``draft``), target q (``target``).
@@ -20,7 +20,7 @@ import pytest
 
 from mspec.schemes.closed_form import optimal_acceptance
 from mspec.schemes.exact import output_distribution
-from mspec.schemes.optimal_selection import OptimalSelection
+from mspec.fast.optimal_selection import OptimalSelection
 
 from sampling import chi2_pvalue, sample_counts
 

@@ -1,10 +1,10 @@
 """The reference of "optimal" (``reference.py``) as the oracle of its fast path, on the same inputs.
 
-``OptimalSelection.reference`` builds :class:`~mspec.schemes.optimal_selection.reference.
+``OptimalSelection.reference`` builds :class:`~mspec.schemes.optimal_reference.
 ReferenceOptimalSelection`: plain floats, the sort, the isotonic regression and the greedy
 tiling token by token, sharing no code with the fast path. First it is checked on its own
 (lossless by enumeration, optimal, ``select`` draws from ``selection_law``); then every
-fast-path setting (:class:`~mspec.schemes.optimal_selection.FastPath`, ``atoms``,
+fast-path setting (:class:`~mspec.fast.optimal_selection.FastPath`, ``atoms``,
 ``tiling``) must agree with it on the hostile inputs of ``tests/strategies.py``:
 
 * the acceptance (the optimum, the closed form);
@@ -26,8 +26,8 @@ import pytest
 
 from mspec.schemes.closed_form import optimal_acceptance
 from mspec.schemes.exact import output_distribution
-from mspec.schemes.optimal_selection import FastPath, OptimalSelection
-from mspec.schemes.optimal_selection.reference import ReferenceOptimalSelection, draw_key
+from mspec.fast.optimal_selection import FastPath, OptimalSelection
+from mspec.schemes.optimal_reference import ReferenceOptimalSelection, draw_key
 
 from sampling import chi2_pvalue
 from strategies import HOSTILE_FAMILIES, hostile_pair
@@ -232,7 +232,7 @@ def test_runs_of_shells_tile_as_the_reference_does(temperature):
     # LM-shaped pairs whose largest piece holds ~3000 tokens: deep inside it the fast greedy
     # solves runs of shells together. Every sampled token's key law has the reference's
     # length and nu-mass, and drafts of them are selected with the reference's probabilities.
-    from mspec.schemes.optimal_selection.runs import RunPiece
+    from mspec.fast.optimal_selection.runs import RunPiece
     from mspec_lab.synthetic import lm_like_pair
 
     k = 4

@@ -1,4 +1,4 @@
-"""The exactly optimal scheme at vocabulary scale ("optimal", mspec.schemes.optimal_selection).
+"""The exactly optimal scheme at vocabulary scale ("optimal", mspec.fast.optimal_selection).
 
 Paper notation: K i.i.d. drafts from p (``draft``), target q (``target``).
 """
@@ -12,13 +12,13 @@ import mspec
 from mspec.schemes.closed_form import optimal_acceptance
 from mspec.schemes.exact import output_distribution
 from mspec.schemes.optimal_lp import OptimalLP
-from mspec.schemes.optimal_selection import FastPath, OptimalSelection, lex_optimal_induced
-from mspec.schemes.optimal_selection.buckets import BUCKET_BITS, bucket_level, bucket_sums, coarser_sums
-from mspec.schemes.optimal_selection.greedy import GreedyPiece
-from mspec.schemes.optimal_selection.induced import argsort_positive
-from mspec.schemes.optimal_selection.pool import PoolPiece
-from mspec.schemes.optimal_selection.roots import power_root
-from mspec.schemes.optimal_selection.runs import RunPiece
+from mspec.fast.optimal_selection import FastPath, OptimalSelection, lex_optimal_induced
+from mspec.fast.optimal_selection.buckets import BUCKET_BITS, bucket_level, bucket_sums, coarser_sums
+from mspec.fast.optimal_selection.greedy import GreedyPiece
+from mspec.fast.optimal_selection.induced import argsort_positive
+from mspec.fast.optimal_selection.pool import PoolPiece
+from mspec.fast.optimal_selection.roots import power_root
+from mspec.fast.optimal_selection.runs import RunPiece
 
 from sampling import chi2_pvalue, sample_counts
 from strategies import bucket_case, near_tight_case, optimum_one_case, random_case, tight_bucket_case
@@ -291,7 +291,7 @@ def test_matches_the_linear_program_and_beats_the_baselines():
     for draft, target, k in _cases(6, 40, 4, [2, 3]):
         rule = OptimalSelection(draft=draft, target=target, num_drafts=k)
         assert rule.acceptance() == pytest.approx(OptimalLP(draft=draft, target=target, num_drafts=k).value, abs=1e-8)
-        for name in ("specinfer", "spectr", "is"):
+        for name in ("specinfer", "spectr", "is-ratio"):
             other = mspec.make_scheme(name, draft=draft, target=target, num_drafts=k).acceptance()
             assert rule.acceptance() >= other - 1e-12, name
 
@@ -389,7 +389,7 @@ def test_real_language_model_distributions():
             spread += rule.atoms.spread is not None
             assert rule.acceptance() == pytest.approx(optimal_acceptance(draft=draft, target=target, num_drafts=k),
                                                       abs=1e-9)
-            for name in ("spectr", "specinfer", "is"):
+            for name in ("spectr", "specinfer", "is-ratio"):
                 other = mspec.make_scheme(name, draft=draft, target=target, num_drafts=k).acceptance()
                 assert rule.acceptance() >= other - 1e-12, name
             tokens = np.unique(rng.choice(draft.size, size=k, p=draft))

@@ -18,7 +18,7 @@ from mspec.rounds.optimum import (
     tiny_lm_pair,
 )
 
-PER_POSITION = ("optimal", "is", "spectr", "specinfer")
+PER_POSITION = ("optimal", "is-ratio", "spectr", "specinfer")
 
 
 def test_block_verification_example_of_sun_et_al():

@@ -27,10 +27,10 @@ from mspec.rounds import ROUND_RULES, RoundOutcome, RoundRule, make_round_rule
 from mspec.rounds.optimum import next_tokens_law, target_tokens_law, tiny_lm_pair
 from mspec.rounds import selected_block
 from mspec.rounds.per_position import PerPositionRule
-from mspec.schemes import registry
+from mspec import registry
 
 #: (rule, scheme, K): every rule of ROUND_RULES, the per-position rule with five schemes
-RULES = [("per-position", scheme, 2) for scheme in ("specinfer", "spectr", "optimal", "canonical", "is")]
+RULES = [("per-position", scheme, 2) for scheme in ("specinfer", "spectr", "optimal", "canonical", "is-ratio")]
 RULES += [("block", None, 1), ("traversal", None, 2), ("traversal", None, 3), ("selected-block", "optimal", 2)]
 
 

@@ -101,7 +101,7 @@ def test_lossless_with_the_optimal_selection(num_drafts, memo_schemes):
         assert_valid_law(law, vocab, length)
 
 
-@pytest.mark.parametrize("scheme", ["is", "canonical"])
+@pytest.mark.parametrize("scheme", ["is-ratio", "canonical"])
 @pytest.mark.parametrize("num_drafts", [2, 3])
 def test_lossless_with_the_other_selections(scheme, num_drafts, memo_schemes):
     vocab, length = (3, 2) if num_drafts == 2 else (2, 2)

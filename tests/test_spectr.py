@@ -1,6 +1,7 @@
-"""SpecTr's solver for rho* against its readable reference, the plain bisection (``mspec.schemes.spectr``).
+"""SpecTr's fast root for rho* (``mspec.fast.spectr_newton``) against its readable reference,
+the paper's plain bisection (``mspec.schemes.spectr``).
 
-:func:`~mspec.schemes.spectr.solve_rho` finds ``rho*`` through a band of breakpoints, a search
+:func:`~mspec.fast.spectr_newton.solve_rho` finds ``rho*`` through a band of breakpoints, a search
 over pieces and a bracketed Newton iteration; :func:`~mspec.schemes.spectr.bisect_rho` is the
 paper's plain bisection on ``g(rho) = 1 - (1 - beta(rho))^K - rho beta(rho)``. On the hostile
 families of ``tests/strategies.py`` the two give the same acceptance
@@ -16,6 +17,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from mspec.fast import spectr_newton
+from mspec.fast.spectr_newton import NewtonSpecTr
 from mspec.schemes import spectr
 from mspec.schemes.spectr import SpecTr, bisect_rho
 
@@ -28,16 +31,16 @@ FLAT = 1e-6
 def acceptance_at(rule, rho):
     """``1 - (1 - beta(rho))^K`` for the rule's draft and target."""
     beta = min(float(np.minimum(rule.draft, rule.target / rho).sum()), 1.0)
-    return spectr._accepted(beta, rule.num_drafts)
+    return spectr.some_accepted(beta, rule.num_drafts)
 
 
 def disagreement(draft, target, k):
     """``(acceptance gap, relative rho gap)`` between the solver and the bisection; the rho
     gap is 0 where ``rho`` is ill-conditioned (see the module docstring)."""
-    rule = SpecTr(draft=draft, target=target, num_drafts=k)
+    rule = NewtonSpecTr(draft=draft, target=target, num_drafts=k)
     rho = bisect_rho(rule.draft, rule.target, k)
     assert 1.0 <= rho <= k and 1.0 <= rule.rho <= k
-    assert rule.beta == 0.0 or spectr._scale(rule.beta, k) <= rule.rho  # the solver's certificate
+    assert rule.beta == 0.0 or spectr.acceptance_scale(rule.beta, k) <= rule.rho  # the solver's certificate
     gap = abs(rule.acceptance() - acceptance_at(rule, rho))
     steep = FLAT < rule.acceptance() < 1.0 - FLAT
     return gap, abs(rule.rho - rho) / rho if steep else 0.0
@@ -77,7 +80,7 @@ def test_newton_matches_the_bisection_on_lm_shaped_pairs():
     cases += [random_case(rng, vocab=6, num_drafts=1) for _ in range(100)]
     for draft, target in cases:
         for k in (2, 3, 8):
-            rule = SpecTr(draft=draft, target=target, num_drafts=k)
+            rule = NewtonSpecTr(draft=draft, target=target, num_drafts=k)
             assert rule.rho == pytest.approx(bisect_rho(rule.draft, rule.target, k), abs=1e-9)
             # the residual is a valid distribution: acceptance never puts more than q(x) on x
             assert 1 - (1 - rule.beta) ** k <= rule.rho * rule.beta + 1e-15
@@ -86,7 +89,18 @@ def test_newton_matches_the_bisection_on_lm_shaped_pairs():
 def test_a_solver_that_takes_the_midpoint_of_the_piece_is_caught(monkeypatch):
     # Control: the root's piece found, but its midpoint returned for the root (the former
     # search's failure); _settle then only makes the certificate hold.
-    monkeypatch.setattr(spectr, "_piece_root", lambda a, b, k, lo, hi: 0.5 * (lo + hi))
+    monkeypatch.setattr(spectr_newton, "_piece_root", lambda a, b, k, lo, hi: 0.5 * (lo + hi))
     worst = max(max(disagreement(draft, target, k)) for family in ("lm", "dirichlet", "zeros-target")
                 for draft, target, k in hostile(family, seed=5))
     assert worst > 1e-6
+
+
+@pytest.mark.parametrize("family", HOSTILE_FAMILIES)
+def test_the_two_classes_give_the_same_scheme(family):
+    """The reference class (bisection) and the fast one: same acceptance to 1e-12, and the same
+    seeded samples wherever ``rho`` agrees to the last few ulps (the draws compare against it)."""
+    for draft, target, k in hostile(family, seed=100 + HOSTILE_FAMILIES.index(family), count=15):
+        slow, fast = SpecTr(draft=draft, target=target, num_drafts=k), NewtonSpecTr(draft=draft, target=target,
+                                                                                      num_drafts=k)
+        assert fast.acceptance() == pytest.approx(slow.acceptance(), abs=1e-12)
+        assert slow.beta == 0.0 or spectr.acceptance_scale(slow.beta, k) <= slow.rho  # its certificate

@@ -1,7 +1,8 @@
 """SpecTr on hostile inputs: rho* is the exact root and the output law is exactly q.
 
-Paper notation: drafts X_i ~ p (``draft``), target q (``target``). The guarantee tested
-is the one stated in :mod:`mspec.schemes.spectr`:
+Paper notation: drafts X_i ~ p (``draft``), target q (``target``). Every test runs on both
+classes, the paper's bisection (:mod:`mspec.schemes.spectr`) and the fast Newton root
+(:mod:`mspec.fast.spectr_newton`). The guarantee tested is the one stated in the latter:
 
 * the residual is non-negative entry by entry and no acceptance mass exceeds ``q``
   (the certificate ``1 - (1 - beta)^K <= rho beta``);
@@ -32,8 +33,12 @@ from hypothesis import strategies as st
 import mspec
 from mspec.distributions import distribution_from_logits
 from mspec.schemes.selection import SchemeError
+from mspec.fast.spectr_newton import NewtonSpecTr
 from mspec.schemes.spectr import SpecTr
 from sampling import chi2_pvalue, sample_counts
+
+#: every test runs on the paper's bisection (the reference) and on the fast Newton root
+pytestmark = pytest.mark.parametrize("cls", [SpecTr, NewtonSpecTr], ids=["bisection", "newton"])
 
 TOL = 1e-12
 #: absolute allowance per token: the residual is normalised by its own sum, which differs
@@ -161,8 +166,8 @@ def tuples(rule):
     return int(np.count_nonzero(rule.draft)) ** rule.num_drafts
 
 
-def check_all(draft, target, k, *, enumerate_up_to=MAX_TUPLES, ref=True):
-    rule = mspec.make_scheme("spectr", draft=draft, target=target, num_drafts=k)
+def check_all(cls, draft, target, k, *, enumerate_up_to=MAX_TUPLES, ref=True):
+    rule = cls(draft=draft, target=target, num_drafts=k)
     check_law(rule)
     if tuples(rule) <= enumerate_up_to:
         check_enumerated(rule)
@@ -213,31 +218,31 @@ BRENTQ_FAILURES = [
 ]
 
 
-def test_regression_midpoint_in_the_same_piece_k4():
+def test_regression_midpoint_in_the_same_piece_k4(cls):
     draft, target, k = MIDPOINT_K4
-    rule = check_all(draft, target, k)
+    rule = check_all(cls, draft, target, k)
     assert tuples(rule) <= MAX_TUPLES  # enumerated
     # at rho* the acceptance mass fills q exactly on the tokens with q/p < rho
     assert rule.rho == pytest.approx(reference(draft, target, k)[0], rel=1e-12)
 
 
-def test_regression_midpoint_in_the_same_piece_k8():
+def test_regression_midpoint_in_the_same_piece_k8(cls):
     draft, target, k = MIDPOINT_K8
-    rule = check_all(draft, target, k)
+    rule = check_all(cls, draft, target, k)
     assert rule.acceptance() == pytest.approx(0.9379, abs=1e-4)
 
 
 @pytest.mark.parametrize("case", range(len(BRENTQ_FAILURES)))
-def test_regression_brentq_did_not_converge(case):
+def test_regression_brentq_did_not_converge(cls, case):
     draft, target, k = BRENTQ_FAILURES[case]
-    rule = check_all(draft, target, k)
+    rule = check_all(cls, draft, target, k)
     assert tuples(rule) <= MAX_TUPLES  # enumerated
 
 
 # -- the guard: a rho below the certificate is never clipped into a plausible law ---------------
-def test_tampered_rho_raises_instead_of_clipping():
+def test_tampered_rho_raises_instead_of_clipping(cls):
     draft, target, k = MIDPOINT_K4
-    rule = SpecTr(draft=draft, target=target, num_drafts=k)
+    rule = cls(draft=draft, target=target, num_drafts=k)
     rule.rho = 1.0 + 0.9 * (rule.rho - 1.0)  # invalid: acceptance would exceed q somewhere
     rule._residual = None
     with pytest.raises(SchemeError):
@@ -245,57 +250,57 @@ def test_tampered_rho_raises_instead_of_clipping():
 
 
 # -- hand-made hostile families -----------------------------------------------------------------
-def test_one_token_vocabulary_and_every_k():
+def test_one_token_vocabulary_and_every_k(cls):
     for k in range(1, 17):
-        rule = check_all([1.0], [1.0], k)
+        rule = check_all(cls, [1.0], [1.0], k)
         assert rule.rho == 1.0 and rule.acceptance() == 1.0
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 8, 16])
-def test_draft_equal_target(k):
+def test_draft_equal_target(cls, k):
     rng = np.random.default_rng(k)
     for v in (2, 5, 4096, 50272):
         q = distribution_from_logits(3.0 * rng.standard_normal(v))
-        rule = check_all(q, q, k, enumerate_up_to=MAX_TUPLES if v <= 5 else 0)
+        rule = check_all(cls, q, q, k, enumerate_up_to=MAX_TUPLES if v <= 5 else 0)
         assert rule.rho == 1.0 and rule.acceptance() == pytest.approx(1.0, abs=1e-15)
     # equal up to rounding only: the acceptance is still 1 to rounding
     q = rng.dirichlet(np.ones(6))
     p = q * (1.0 + 1e-15 * rng.standard_normal(6))
-    rule = check_all(p / p.sum(), q, k, enumerate_up_to=MAX_TUPLES)
+    rule = check_all(cls, p / p.sum(), q, k, enumerate_up_to=MAX_TUPLES)
     assert rule.acceptance() == pytest.approx(1.0, abs=1e-12)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 16])
-def test_disjoint_supports_never_accept(k):
-    rule = check_all([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.25, 0.75], k)
+def test_disjoint_supports_never_accept(cls, k):
+    rule = check_all(cls, [0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.25, 0.75], k)
     assert rule.acceptance() == 0.0 and rule.beta == 0.0
     big = np.zeros(50272)
     big[:100], q = 0.01, np.zeros(50272)
     q[100:] = 1.0 / (50272 - 100)
-    rule = check_all(big, q, k, enumerate_up_to=0)
+    rule = check_all(cls, big, q, k, enumerate_up_to=0)
     assert rule.acceptance() == 0.0
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 16])
-def test_one_hot_targets(k):
+def test_one_hot_targets(cls, k):
     for v in (2, 3, 6, 50272):
         rng = np.random.default_rng(v + k)
         p = rng.dirichlet(np.full(v, 0.5))
         q = np.zeros(v)
         q[int(rng.integers(v))] = 1.0
-        check_all(p, q, k, enumerate_up_to=MAX_TUPLES if v <= 6 else 0)
+        check_all(cls, p, q, k, enumerate_up_to=MAX_TUPLES if v <= 6 else 0)
         # one surviving token after top-k = 1 / top-p truncation of the target's logits
         logits = 4.0 * rng.standard_normal(v)
         for trunc in ({"top_k": 1}, {"top_p": 1e-9}):
             target = distribution_from_logits(logits, **trunc)
             assert np.count_nonzero(target) == 1
-            check_all(distribution_from_logits(logits, temperature=2.0), target, k,
+            check_all(cls, distribution_from_logits(logits, temperature=2.0), target, k,
                       enumerate_up_to=MAX_TUPLES if v <= 6 else 0)
 
 
 @pytest.mark.parametrize("tiny", TINY)
 @pytest.mark.parametrize("side", ["draft", "target", "both"])
-def test_tiny_and_subnormal_entries(tiny, side):
+def test_tiny_and_subnormal_entries(cls, tiny, side):
     rng = np.random.default_rng(7)
     for v, ks in ((5, (1, 2, 3, 4)), (50272, (2, 16))):
         p, q = rng.dirichlet(np.ones(v)), rng.dirichlet(np.ones(v))
@@ -305,11 +310,11 @@ def test_tiny_and_subnormal_entries(tiny, side):
         if side in ("target", "both"):
             q[idx[1:]] = tiny
         for k in ks:
-            check_all(p / p.sum(), q / q.sum(), k, enumerate_up_to=MAX_TUPLES if v <= 5 else 0)
+            check_all(cls, p / p.sum(), q / q.sum(), k, enumerate_up_to=MAX_TUPLES if v <= 5 else 0)
 
 
 @pytest.mark.parametrize("k", [2, 3, 8, 16])
-def test_zeros_on_one_side_only(k):
+def test_zeros_on_one_side_only(cls, k):
     rng = np.random.default_rng(k)
     for v in (6, 50272):
         p, q = rng.dirichlet(np.ones(v)), rng.dirichlet(np.ones(v))
@@ -317,23 +322,23 @@ def test_zeros_on_one_side_only(k):
         p0[: v // 3] = 0.0  # tokens the draft never proposes
         q0[v // 3: 2 * v // 3] = 0.0  # drafted tokens the target rules out
         for draft, target in ((p0, q), (p, q0), (p0, q0)):
-            check_all(draft / draft.sum(), target / target.sum(), k,
+            check_all(cls, draft / draft.sum(), target / target.sum(), k,
                       enumerate_up_to=MAX_TUPLES if v <= 6 else 0)
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 8])
-def test_ratio_ties(k):
+def test_ratio_ties(cls, k):
     # every ratio q/p is one of a few values, many tokens per value: empty pieces
     for v in (6, 50272):
         rng = np.random.default_rng(v)
         p = np.full(v, 1.0 / v)
         q = rng.choice([0.5, 1.0, 1.5, 3.0], size=v) / v
         q /= q.sum()
-        check_all(p, q, k, enumerate_up_to=MAX_TUPLES if v <= 6 else 0)
+        check_all(cls, p, q, k, enumerate_up_to=MAX_TUPLES if v <= 6 else 0)
         # ties exactly at rho* = a breakpoint: q = c p on two groups
         p = rng.dirichlet(np.ones(v))
         q = p * np.where(np.arange(v) % 2 == 0, 2.0, 0.25)
-        check_all(p, q / q.sum(), k, enumerate_up_to=MAX_TUPLES if v <= 6 else 0)
+        check_all(cls, p, q / q.sum(), k, enumerate_up_to=MAX_TUPLES if v <= 6 else 0)
 
 
 def _lm_pair(rng, v, *, scale, draft_temperature, target_temperature, noise=0.5, **trunc):
@@ -347,27 +352,27 @@ TEMPERATURES = [(0.01, 1.0), (1.0, 0.01), (0.1, 5.0), (5.0, 0.1), (1.5, 1.0), (0
 
 
 @pytest.mark.parametrize("temps", TEMPERATURES, ids=[f"draft{a}-target{b}" for a, b in TEMPERATURES])
-def test_lm_shaped_temperatures_at_full_vocabulary(temps):
+def test_lm_shaped_temperatures_at_full_vocabulary(cls, temps):
     rng = np.random.default_rng(int(100 * temps[0] + temps[1]))
     for scale, k in ((3.0, 2), (8.0, 4), (20.0, 16)):
         draft, target = _lm_pair(rng, 50272, scale=scale, draft_temperature=temps[0],
                                  target_temperature=temps[1])
-        check_all(draft, target, k)
+        check_all(cls, draft, target, k)
 
 
 @pytest.mark.parametrize("trunc", [{"top_k": 1}, {"top_k": 50}, {"top_p": 0.5}, {"top_p": 0.95}],
                          ids=["top_k1", "top_k50", "top_p0.5", "top_p0.95"])
-def test_lm_shaped_truncated(trunc):
+def test_lm_shaped_truncated(cls, trunc):
     rng = np.random.default_rng(len(str(trunc)))
     for k in (2, 8):
         draft, target = _lm_pair(rng, 50272, scale=3.0, draft_temperature=1.5, target_temperature=1.0, **trunc)
-        check_all(draft, target, k)
+        check_all(cls, draft, target, k)
         # truncated draft, untruncated target: zeros on the draft side
         target, draft = _lm_pair(rng, 50272, scale=3.0, draft_temperature=1.0, target_temperature=0.7, **trunc)
-        check_all(draft, target, k)
+        check_all(cls, draft, target, k)
 
 
-def test_seeded_fuzz_lm_shaped():
+def test_seeded_fuzz_lm_shaped(cls):
     """LM-shaped pairs, random temperatures / scales / K, V = 4096 and 50272."""
     rng = np.random.default_rng(2025)
     for n in range(24):
@@ -376,7 +381,7 @@ def test_seeded_fuzz_lm_shaped():
                                  draft_temperature=float(rng.choice([0.3, 0.7, 1.0, 1.5, 2.0])),
                                  target_temperature=float(rng.choice([0.5, 1.0, 2.0])),
                                  noise=float(rng.choice([0.0, 0.5])))
-        check_all(draft, target, int(rng.integers(1, 17)))
+        check_all(cls, draft, target, int(rng.integers(1, 17)))
 
 
 # -- small V: enumeration + 40-digit reference --------------------------------------------------
@@ -398,7 +403,7 @@ def _hostile_vector(rng, v):
     return w / w.sum()
 
 
-def test_seeded_fuzz_small_vocabularies():
+def test_seeded_fuzz_small_vocabularies(cls):
     rng = np.random.default_rng(4)
     for n in range(100):
         v = int(rng.integers(1, 7))
@@ -412,7 +417,7 @@ def test_seeded_fuzz_small_vocabularies():
         else:
             target = _hostile_vector(rng, v)
         k = int(rng.integers(1, 9))
-        check_all(draft, target, k, enumerate_up_to=500)
+        check_all(cls, draft, target, k, enumerate_up_to=500)
 
 
 _entry = st.one_of(st.sampled_from([0.0, *TINY]), st.floats(min_value=1e-6, max_value=1.0))
@@ -435,16 +440,16 @@ def small_case(draw, max_vocab=6, max_drafts=16):
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_case())
-def test_hypothesis_small_exact_law_and_reference(case):
+def test_hypothesis_small_exact_law_and_reference(cls, case):
     draft, target, k = case
-    check_all(draft, target, k, enumerate_up_to=500)
+    check_all(cls, draft, target, k, enumerate_up_to=500)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_case(max_vocab=40, max_drafts=16))
-def test_hypothesis_larger_vocabularies(case):
+def test_hypothesis_larger_vocabularies(cls, case):
     draft, target, k = case
-    check_all(draft, target, k, enumerate_up_to=0)
+    check_all(cls, draft, target, k, enumerate_up_to=0)
 
 
 # -- samples: a seeded chi-square, and a broken control it rejects --------------------------------
@@ -464,9 +469,9 @@ class _RhoTooSmall(SpecTr):
         return res / res.sum()
 
 
-def test_chi_square_passes_spectr_and_rejects_a_wrong_rho():
+def test_chi_square_passes_spectr_and_rejects_a_wrong_rho(cls):
     kw = dict(draft=[0.5, 0.3, 0.15, 0.05], target=[0.1, 0.2, 0.3, 0.4], num_drafts=3)
-    good, bad = SpecTr(**kw), _RhoTooSmall(**kw)
+    good, bad = cls(**kw), _RhoTooSmall(**kw)
     q = good.target
     assert total_variation(mspec.output_distribution(bad)[0], q) > 0.02  # the control is wrong
     n = 20000
@@ -474,9 +479,9 @@ def test_chi_square_passes_spectr_and_rejects_a_wrong_rho():
     assert chi2_pvalue(sample_counts(bad, n, seed=1), q) < 1e-6
 
 
-def test_chi_square_on_the_regression_input():
+def test_chi_square_on_the_regression_input(cls):
     draft, target, k = MIDPOINT_K4
-    rule = SpecTr(draft=draft, target=target, num_drafts=k)
+    rule = cls(draft=draft, target=target, num_drafts=k)
     counts = sample_counts(rule, 20000, seed=5)
     # pool the tokens with negligible target mass (expected counts << 1) into one cell
     big = rule.target > 1e-3

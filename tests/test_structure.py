@@ -31,7 +31,9 @@ PACKAGE = ROOT / "mspec"
 #: the library and the workshop beside it (experiments, benchmarks, model presets)
 PACKAGES = ("mspec", "mspec_lab")
 #: the library's rooms
-ROOMS = ("schemes", "rounds", "lm", "plots")
+ROOMS = ("schemes", "fast", "rounds", "lm", "plots")
+#: the paper's room (``schemes/``) stays a sitting's read: at most this many lines
+MAX_PAPER_LINES = 3_000
 #: modules allowed at the top of the library, ``__init__.py`` not counted
 MAX_LOOSE_MODULES = 4
 #: longest module (lines), and the whole library
@@ -233,6 +235,22 @@ def test_modules_and_the_library_are_small():
           f"{max(sizes, key=sizes.get)} ({max(sizes.values())})")
     assert not big, f"modules over {MAX_MODULE_LINES} lines (split them): {big}"
     assert sum(sizes.values()) <= MAX_PACKAGE_LINES, "mspec/ is over its size: move workshop code to mspec_lab/"
+
+
+def test_the_paper_stands_alone_in_schemes():
+    """``mspec/schemes/`` holds the paper and its exact references, small enough to read in one
+    sitting, and imports nothing of the faster paths or the registry above it; the fast paths
+    build on it, and the registry sits above both."""
+    paper = sorted((PACKAGE / "schemes").rglob("*.py"))
+    lines = sum(len(p.read_text().splitlines()) for p in paper)
+    assert lines <= MAX_PAPER_LINES, f"mspec/schemes/ is {lines} lines; move what is not the paper to mspec/fast/"
+    graph = import_graph()
+    upward = sorted(f"{module} -> {imported}" for module, targets in graph.items()
+                    if module.startswith("mspec.schemes") for imported in targets
+                    if imported.startswith(("mspec.fast", "mspec.registry", "mspec.rounds", "mspec.lm")))
+    assert not upward, f"the paper's room must not import the rooms above it: {upward}"
+    assert any(t.startswith("mspec.schemes") for t in graph["mspec.fast.spectr_newton"])
+    assert {"mspec.fast.spectr_newton", "mspec.schemes.importance"} <= set(graph["mspec.registry"])
 
 
 # --- function length ------------------------------------------------------------------------

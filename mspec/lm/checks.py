@@ -10,15 +10,21 @@ from dataclasses import dataclass
 
 import torch
 
-from mspec.distributions import distribution_from_logits
+from mspec.distributions import check_temperature, distribution_from_logits
 from mspec.lm.cache import model_device
 from mspec.lm.models import output_vocab_size
+from mspec.rounds.registry import check_draft_temperatures, make_round_rule, round_rule_class
+from mspec.rounds.rule import RoundRule
+
+#: the token-level scheme of ``verify="per-position"`` when none is given
+DEFAULT_SCHEME = "specinfer"
 
 
 @dataclass
 class DecodeSettings:
     """The checked arguments of one :func:`~mspec.lm.decoding.speculative_generate` call."""
 
+    rule: RoundRule
     scheme: str | None
     params: dict
     num_drafts: int
@@ -31,33 +37,27 @@ class DecodeSettings:
     eos: frozenset[int]
 
 
-def check_settings(prompt_ids, draft_model, target_model, *, scheme, num_drafts, draft_length, draft_temperatures,
-                   target_temperature, top_k, top_p, max_new_tokens, eos_token_id, scheme_params,
-                   tokenizer) -> DecodeSettings:
-    """Check the arguments of :func:`~mspec.lm.decoding.speculative_generate` (same names),
-    and gather them; warn when the draft is the target at the target's temperature.
+def check_settings(prompt_ids, draft_model, target_model, *, verify, scheme, num_drafts, draft_length,
+                   draft_temperatures, target_temperature, top_k, top_p, max_new_tokens, eos_token_id,
+                   scheme_params, tokenizer) -> DecodeSettings:
+    """Check the arguments of :func:`~mspec.lm.decoding.speculative_generate` (same names), and
+    gather them; warn when the draft is the target at the target's temperature. The round's own
+    arguments are checked where its rule is made (:func:`mspec.rounds.registry.make_round_rule`).
 
     Raises:
         ValueError: naming the first bad argument and what it must be.
     """
-    from mspec.schemes import registry  # imported late: the registry imports every scheme
-
-    if scheme is not None and (not isinstance(scheme, str) or scheme not in registry.SCHEMES):
-        raise ValueError(f"`scheme` must be one of {sorted(registry.SCHEMES)} (or None: the round rule's "
-                         f"default), got {scheme!r}")
-    k = check_int(num_drafts, "num_drafts", "the number of drafts K")
-    big_l = check_int(draft_length, "draft_length", "the number of drafted tokens L per round")
+    rule = make_round_rule(round_rule_class(verify).name, num_drafts=num_drafts, draft_temperatures=draft_temperatures,
+                           scheme=_scheme_for(verify, scheme), scheme_params=scheme_params,
+                           vocab_size=output_vocab_size(target_model))
+    k = rule.num_drafts
     temps = check_draft_temperatures(draft_temperatures, k)
+    big_l = check_int(draft_length, "draft_length", "the number of drafted tokens L per round")
     check_temperature(target_temperature, "target_temperature")
     max_new = check_int(max_new_tokens, "max_new_tokens", "the number of tokens to generate")
     eos = check_eos(eos_token_id, target_model, tokenizer)
     prompt = check_prompt(prompt_ids, tokenizer, output_vocab_size(target_model))
     check_models(draft_model, target_model, len(prompt) + max_new + big_l - 1)
-    _check_identical(scheme, temps, output_vocab_size(target_model))
-    if scheme is not None:  # the scheme's parameters and its size limits, before any model call
-        registry.check_scheme_params(scheme, scheme_params or {})
-        registry.SCHEMES[scheme].check_scale(vocab_size=output_vocab_size(target_model), num_drafts=k,
-                                             identical=len(set(temps)) == 1, **(scheme_params or {}))
     sampling = dict(top_k=top_k, top_p=top_p)
     distribution_from_logits(torch.zeros(1), temperature=1.0, **sampling)  # validates top_k / top_p
     if draft_model is target_model and all(t == target_temperature for t in temps):
@@ -65,22 +65,13 @@ def check_settings(prompt_ids, draft_model, target_model, *, scheme, num_drafts,
                       f"({target_temperature}): every drafted token is accepted, so the run measures nothing; "
                       "pass a smaller draft (e.g. mspec.lm.models.early_exit_model(target, n)) or other "
                       "draft_temperatures", UserWarning, stacklevel=3)
-    return DecodeSettings(scheme, dict(scheme_params or {}), k, big_l, temps, target_temperature, sampling,
+    return DecodeSettings(rule, scheme, dict(scheme_params or {}), k, big_l, temps, target_temperature, sampling,
                           prompt, max_new, eos)
 
 
-def _check_identical(scheme, temps: list[float], vocab: int) -> None:
-    """Refuse per-draft temperatures for a scheme that needs identical drafts, naming the schemes
-    that take them at this vocabulary size (the LP schemes solve over V^K tuples: small V only)."""
-    from mspec.schemes import registry
-    from mspec.schemes.lp import MAX_LP_VARIABLES
-
-    if scheme is None or len(set(temps)) == 1 or registry.SCHEMES[scheme].supports_non_identical:
-        return
-    lp = ["optimal-lp", "canonical"] if vocab ** (len(temps) + 1) <= MAX_LP_VARIABLES else []
-    raise ValueError(f"scheme={scheme!r} needs identical drafts, but draft_temperatures={temps} gives each draft "
-                     f"its own law; pass one draft temperature, or a scheme for non-identical drafts at V = "
-                     f"{vocab}: {', '.join(map(repr, ['specinfer', 'is', 'is-paper'] + lp))} (or verify='traversal')")
+def _scheme_for(verify, scheme):
+    """``scheme``, or :data:`DEFAULT_SCHEME` where per-position verification is given none."""
+    return DEFAULT_SCHEME if scheme is None and round_rule_class(verify).name == "per-position" else scheme
 
 
 def check_compilable(draft_model, draft_cache: str) -> None:
@@ -102,30 +93,6 @@ def check_int(value, name: str, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"`{name}` must be an integer >= 1 ({what}), got {value!r}")
     return int(value)
-
-
-def check_temperature(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise ValueError(
-            f"`{name}` must be a number > 0, got {value!r}; for near-greedy decoding use a small "
-            "positive temperature"
-        )
-    return float(value)
-
-
-def check_draft_temperatures(value, k: int) -> list[float]:
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return [check_temperature(value, "draft_temperatures")] * k
-    try:
-        temps = list(value)
-    except TypeError:
-        raise ValueError(f"`draft_temperatures` must be a number or a sequence of K numbers, got {value!r}") from None
-    if len(temps) != k:
-        raise ValueError(
-            f"`draft_temperatures` has {len(temps)} entries but num_drafts = {k}; pass one temperature "
-            "per draft, or a single number for identical drafts"
-        )
-    return [check_temperature(t, "draft_temperatures") for t in temps]
 
 
 def check_prompt(prompt_ids, tokenizer, vocab: int | None = None) -> list[int]:

@@ -148,7 +148,7 @@ def multi_draft_sampling(model, input_ids, logits_processor, stopping_criteria, 
         draft_model: the causal LM that drafts (same vocabulary as ``model``); required.
         num_drafts: K >= 1 drafts per round.
         draft_length: L >= 1 drafted tokens per draft per round.
-        scheme: the token-level scheme (a key of :data:`mspec.schemes.registry.SCHEMES`), as in
+        scheme: the token-level scheme (a key of :data:`mspec.registry.SCHEMES`), as in
             :func:`~mspec.lm.decoding.speculative_generate`.
         verify: the round rule (:data:`mspec.lm.decoding.VERIFICATIONS`).
         draft_temperatures: ``None`` (the drafts sample through the same processors as the
@@ -183,14 +183,14 @@ def multi_draft_sampling(model, input_ids, logits_processor, stopping_criteria, 
     temps = temperature if draft_temperatures is None else draft_temperatures
     max_new = generation_config.max_length - input_ids.shape[1]
     settings = check_settings(
-        prompt, draft_model, model, scheme=scheme, num_drafts=num_drafts, draft_length=draft_length,
+        prompt, draft_model, model, verify=verify, scheme=scheme, num_drafts=num_drafts, draft_length=draft_length,
         draft_temperatures=temps, target_temperature=temperature, top_k=None, top_p=None,
         max_new_tokens=max_new, eos_token_id=False, scheme_params=scheme_params, tokenizer=None)
     if generator is None:  # from the global generator: torch.manual_seed(s) fixes the call, as with generate
         generator = int(torch.randint(0, NUMPY_SEED_BOUND, (1,)))
     gen = check_generator(generator, model_device(draft_model))
     record = {"logits": [], "scores": []} if generation_config.return_dict_in_generate else None
-    result, seq = decode_rounds(settings, draft_model, model, gen, verify=verify, draft_cache=draft_cache,
+    result, seq = decode_rounds(settings, draft_model, model, gen, draft_cache=draft_cache,
                                 streamer=stream if stream is not None else streamer,
                                 law=ProcessorLaw(logits_processor, temperature),
                                 stop=_stopping(stopping_criteria, input_ids, settings, record))

@@ -11,7 +11,7 @@ A *round* (one call of the target model) works like this, with K drafts of lengt
    rows), which gives the target distribution ``q`` after every drafted prefix.
 3. **Select.** Position by position, the drafts that are still consistent with the tokens
    emitted so far offer their token to the token-level selection scheme (``"specinfer"``,
-   ``"spectr"``, ... from :mod:`mspec.schemes.registry`), built with ``draft`` = the distribution(s)
+   ``"spectr"``, ... from :mod:`mspec.registry`), built with ``draft`` = the distribution(s)
    of those alive drafts at this position and ``target`` = ``q`` at this position. The
    scheme emits one token ``Y``; the drafts whose token differs from ``Y`` drop out. If no
    draft holds ``Y`` (a rejection) the round ends with ``Y``. If all L positions are
@@ -78,38 +78,24 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from mspec.distributions import distribution_from_logits
-# the caches and checks live in mspec.lm.cache and mspec.lm.checks; their names stay importable from here
-from mspec.lm.cache import (COMPILED_STEP_WIDTH, STATIC_CACHE_MULTIPLE, CachedModel,  # noqa: F401
-                            compiled_call, dynamic_cache, model_device, static_cache, StaticCachedModel)
-from mspec.lm.checks import (check_compilable, check_draft_temperatures, check_eos,  # noqa: F401
-                             check_generator, check_int, check_models, check_prompt, check_settings,
-                             check_temperature, DecodeSettings)
+from mspec.distributions import check_temperature, distribution_from_logits
+from mspec.lm.cache import CachedModel, StaticCachedModel, model_device
+from mspec.lm.checks import (DecodeSettings, check_compilable, check_eos, check_generator, check_int, check_models,
+                             check_prompt, check_settings)
 from mspec.lm.models import output_vocab_size
 from mspec.lm.result import GenerationResult, RoundRecord
-from mspec.rounds.per_position import position_scheme  # noqa: F401 -- re-exported
-from mspec.rounds.registry import ROUND_RULES, make_round_rule, round_rule_class
+from mspec.rounds.registry import ROUND_RULES, make_round_rule
 from mspec.rounds.rule import RoundRule
 
-__all__ = [
-    "DRAFT_CACHES",
-    "VERIFICATIONS",
-    "GenerationResult",
-    "RoundRecord",
-    "SamplingLaw",
-    "autoregressive_generate",
-    "expected_round_tokens",
-    "generate_with_baselines",
-    "speculative_generate",
-]
+__all__ = ["DRAFT_CACHES", "VERIFICATIONS", "GenerationResult", "RoundRecord", "SamplingLaw",
+           "autoregressive_generate", "expected_round_tokens", "generate_with_baselines",
+           "speculative_generate"]
 
 #: values of ``speculative_generate(draft_cache=...)``: the draft's KV cache grows with the
 #: text and changes batch size each round (``"dynamic"``), or is one fixed K-row buffer for
 #: the whole call (``"static"``, transformers' ``StaticCache``; see the module docstring)
 DRAFT_CACHES = ("dynamic", "static")
 #: values of ``speculative_generate(verify=...)``, the round rules of
-#: the token-level scheme of per-position verification when none is given
-DEFAULT_SCHEME = "specinfer"
 #: :data:`mspec.rounds.registry.ROUND_RULES`: position by position with the scheme
 #: (``"per-position"``; ``"token"`` is accepted as its earlier name), or whole blocks:
 #: ``"block"`` (block verification, one draft; :mod:`mspec.rounds.block`), ``"traversal"``
@@ -158,7 +144,7 @@ def speculative_generate(
             dropped); or a string when ``tokenizer`` is given. A batch of prompts is an error.
         draft_model: causal LM (``transformers`` model in eval mode) that drafts.
         target_model: causal LM whose distribution is sampled; same vocabulary.
-        scheme: token-level selection scheme, a key of :data:`mspec.schemes.registry.SCHEMES`,
+        scheme: token-level selection scheme, a key of :data:`mspec.registry.SCHEMES`,
             for ``verify="per-position"`` (default ``"specinfer"``) and
             ``"selected-block"`` (default ``"optimal"``); ``"block"`` and ``"traversal"`` take
             none (passing one is an error).
@@ -182,7 +168,7 @@ def speculative_generate(
             another device works, with a copy per drafted token. One int seed gives the same
             output on the same kind of device; CPU and CUDA generators draw different
             streams, so a seed run on a GPU differs from the same seed on a CPU.
-        scheme_params: extra keyword arguments of the scheme (e.g. ``s`` for ``"is"``).
+        scheme_params: extra keyword arguments of the scheme (e.g. ``s`` for ``"is-ratio"``).
         draft_cache: the draft's KV cache, one of :data:`DRAFT_CACHES`: ``"dynamic"`` (the
             default) or ``"static"`` (transformers' ``StaticCache``, K fixed rows; any device;
             see the module docstring). Same randomness either way.
@@ -222,15 +208,15 @@ def speculative_generate(
         UserWarning: the draft model is the target at the target's temperature (all accepted).
     """
     settings = check_settings(
-        prompt_ids, draft_model, target_model, scheme=scheme, num_drafts=num_drafts, draft_length=draft_length,
+        prompt_ids, draft_model, target_model, verify=verify, scheme=scheme, num_drafts=num_drafts, draft_length=draft_length,
         draft_temperatures=draft_temperatures, target_temperature=target_temperature, top_k=top_k, top_p=top_p,
         max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, scheme_params=scheme_params, tokenizer=tokenizer)
     gen = check_generator(generator, model_device(draft_model))
-    return decode_rounds(settings, draft_model, target_model, gen, verify=verify, draft_cache=draft_cache,
+    return decode_rounds(settings, draft_model, target_model, gen, draft_cache=draft_cache,
                          compile_draft=compile_draft, on_round=on_round, streamer=streamer, tokenizer=tokenizer)[0]
 
 
-def decode_rounds(settings: DecodeSettings, draft_model, target_model, gen: torch.Generator, *, verify: str,
+def decode_rounds(settings: DecodeSettings, draft_model, target_model, gen: torch.Generator, *,
                   draft_cache: str, compile_draft: bool = False, on_round=None, streamer=None, tokenizer=None,
                   law=None, stop=None) -> tuple[GenerationResult, list[int]]:
     """Run the rounds of one call whose arguments are checked (:func:`speculative_generate`'s names;
@@ -239,7 +225,7 @@ def decode_rounds(settings: DecodeSettings, draft_model, target_model, gen: torc
     Returns:
         ``(result, seq)``: the :class:`GenerationResult` and the prompt followed by the output.
     """
-    rule = _round_rule(verify, settings)
+    rule = settings.rule
     cached_draft = _cached_draft_model(draft_model, settings, draft_cache, compile_draft)
     # the scheme's numpy Generator is seeded from `gen`, so one seed fixes the whole run
     rng = np.random.default_rng(int(torch.randint(0, NUMPY_SEED_BOUND, (1,), generator=gen, device=gen.device)))
@@ -271,18 +257,6 @@ def _cached_draft_model(draft_model, settings: DecodeSettings, draft_cache: str,
     # plus L - 1 drafted tokens (the round's last drafted token is never fed back)
     max_length = len(settings.prompt) + settings.max_new + settings.draft_length - 1
     return StaticCachedModel(draft_model, settings.num_drafts, max_length, compiled=compile_draft)
-
-
-def _round_rule(verify: str, settings: DecodeSettings) -> RoundRule:
-    """The round rule ``verify`` names (:func:`mspec.rounds.registry.make_round_rule`), for this call's K
-    and temperatures; per-position verification without a ``scheme`` uses :data:`DEFAULT_SCHEME`."""
-    cls = round_rule_class(verify)
-    scheme = settings.scheme
-    if scheme is None and cls.name == "per-position":
-        scheme = DEFAULT_SCHEME
-    return make_round_rule(cls.name, scheme=scheme,
-                           scheme_params=settings.params or None, num_drafts=settings.num_drafts,
-                           draft_temperatures=settings.temps)
 
 
 class _Decoder:

@@ -1,4 +1,4 @@
-"""The per-position round rule: a token-level scheme (:mod:`mspec.schemes.registry`) decides
+"""The per-position round rule: a token-level scheme (:mod:`mspec.registry`) decides
 the round one position at a time, over the drafts still *alive* (holding every token emitted
 so far); a drafted token the scheme emits keeps its drafts alive, any other token ends the
 round, and after all L positions a bonus token is drawn from ``q``. Why it is lossless:
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from mspec.rounds.rule import RoundOutcome, RoundRule, eos_set
-from mspec.schemes import registry
+from mspec import registry
 from mspec.schemes.selection import sample_index
 from mspec.schemes.single import SingleDraft
 
@@ -30,7 +30,7 @@ def position_scheme(scheme: str, params: dict, draft_rows, target_rows, temps, a
     scheme's sort).
 
     Args:
-        scheme: a key of :data:`mspec.schemes.registry.SCHEMES`.
+        scheme: a key of :data:`mspec.registry.SCHEMES`.
         params: the scheme's extra keyword arguments.
         draft_rows: ``(K, V)`` every draft's distribution at this position.
         target_rows: ``(K, V)`` the target distribution after each draft's prefix.
@@ -52,7 +52,7 @@ class PerPositionRule(RoundRule):
     """A token-level scheme run position by position over the alive drafts.
 
     Attributes:
-        scheme: a key of :data:`mspec.schemes.registry.SCHEMES`.
+        scheme: a key of :data:`mspec.registry.SCHEMES`.
         params: the scheme's extra keyword arguments.
         temperatures: the K draft temperatures (equal ones make the alive drafts identical).
     """

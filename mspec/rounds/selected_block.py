@@ -9,7 +9,7 @@ down the tree of drafts, the *verification* is block verification of the one sel
 
 **Selection.** At a drafted prefix ``u`` that ``n`` of the K drafts share, their next tokens
 are ``n`` i.i.d. draws from ``p(. | u)``. A two-step scheme (``"optimal"`` by default: the
-full-vocabulary optimal selection of :mod:`mspec.schemes.optimal_selection`) picks one of them, ``y``;
+full-vocabulary optimal selection of :mod:`mspec.fast.optimal_selection`) picks one of them, ``y``;
 the selected token's law is the scheme's induced distribution ``mu_u = p_I`` (with ``n = 1``,
 ``mu_u = p(. | u)``). The walk moves to ``uy``, where the drafts holding ``y`` share the
 prefix, and goes on to depth ``L``: one selected block.
@@ -34,12 +34,12 @@ import numpy as np
 
 from mspec.rounds.block import block_verification_law, block_verify, expected_block_tokens
 from mspec.rounds.rule import RoundOutcome, RoundRule
-from mspec.schemes.registry import make_scheme
+from mspec.registry import make_scheme
 
 __all__ = ["SELECTION_SCHEMES", "SelectedBlockRule", "expected_selected_block_tokens", "selected_block_law", "selected_block_verify"]
 
 #: two-step schemes (select with a known induced law) that can select at each prefix
-SELECTION_SCHEMES = ("optimal", "is", "canonical")
+SELECTION_SCHEMES = ("optimal", "is-ratio", "canonical")
 
 
 def _selection(tokens: np.ndarray, draft: np.ndarray, target: np.ndarray, scheme: str):

@@ -187,10 +187,5 @@ def _min_over_subsets(draft: np.ndarray, target: np.ndarray) -> tuple[np.ndarray
     return mask, float(min(1.0, values[m]))
 
 
-__all__ = [
-    "acceptance_is_one",
-    "brute_force_acceptance",
-    "optimal_acceptance",
-    "optimal_subset",
-    "prefix_order",
-]
+__all__ = ["acceptance_is_one", "brute_force_acceptance", "optimal_acceptance", "optimal_subset",
+           "prefix_order"]

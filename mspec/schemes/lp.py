@@ -114,7 +114,7 @@ def check_lp_size(num_variables: int, max_variables: int, what: str) -> None:
         raise ValueError(
             f"the {what} would have {num_variables:,} variables, over max_variables="
             f"{max_variables:,} (it grows like V^K * V); at this size use scheme 'optimal' (exactly "
-            "optimal at any V for identical drafts), 'specinfer' or 'is' (drafts of their own laws), and "
+            "optimal at any V for identical drafts), 'specinfer' or 'is-ratio' (drafts of their own laws), and "
             "mspec.optimal_acceptance for the optimal acceptance alone (O(V log V))"
         )
 
@@ -324,25 +324,7 @@ def repair_plan(joint: np.ndarray, probs: np.ndarray, target: np.ndarray) -> np.
     return plan
 
 
-__all__ = [
-    "GAP_TOL",
-    "HIGHS_ATTEMPTS",
-    "HIGHS_OPTIONS",
-    "LPFallbackWarning",
-    "LPSolveError",
-    "LP_MASS_FLOOR",
-    "MAX_LP_VARIABLES",
-    "SOLVER_STATUSES",
-    "Candidate",
-    "certified_solve",
-    "check_lp_size",
-    "constraint_duals",
-    "cut_bound",
-    "draft_tuples",
-    "membership",
-    "repair_plan",
-    "run_highs",
-    "run_linprog",
-    "selection_dual_bound",
-    "transport_dual_bound",
-]
+__all__ = ["GAP_TOL", "HIGHS_ATTEMPTS", "HIGHS_OPTIONS", "LPFallbackWarning", "LPSolveError", "LP_MASS_FLOOR",
+           "MAX_LP_VARIABLES", "SOLVER_STATUSES", "Candidate", "certified_solve", "check_lp_size",
+           "constraint_duals", "cut_bound", "draft_tuples", "membership", "repair_plan", "run_highs",
+           "run_linprog", "selection_dual_bound", "transport_dual_bound"]

@@ -332,17 +332,5 @@ class OptimalLP(SelectionScheme):
         return sample_index(self.plan_row(tokens), rng)
 
 
-__all__ = [
-    "GAP_TOL",
-    "LPFallbackWarning",
-    "LPSolveError",
-    "MAX_LP_VARIABLES",
-    "OptimalLP",
-    "OptimalPlan",
-    "SOLVER_STATUSES",
-    "TransportLP",
-    "cut_bound",
-    "draft_tuples",
-    "repair_plan",
-    "solve_optimal_lp",
-]
+__all__ = ["GAP_TOL", "LPFallbackWarning", "LPSolveError", "MAX_LP_VARIABLES", "OptimalLP", "OptimalPlan",
+           "SOLVER_STATUSES", "TransportLP", "cut_bound", "draft_tuples", "repair_plan", "solve_optimal_lp"]

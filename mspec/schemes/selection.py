@@ -79,7 +79,7 @@ class SelectionScheme:
                 raise ValueError(
                     f"scheme {self.name!r} needs identical drafts: pass `draft` of shape (V,) "
                     "with num_drafts=K (or K equal rows); for different draft distributions "
-                    "use 'specinfer'"
+                    "use 'specinfer', 'is' or 'is-ratio' (or 'optimal-lp', exact at small V)"
                 )
 
     @property
@@ -106,7 +106,7 @@ class SelectionScheme:
 
         For SpecInfer, SpecTr, the LP schemes and the optimal scheme it is P(Y is one of
         the drafted tokens). For the two-step schemes with non-optimal selection weights
-        (the IS schemes ``"is"`` and ``"is-paper"``, and ``"canonical"`` with user-given
+        (the IS schemes ``"is"`` and ``"is-ratio"``, and ``"canonical"`` with user-given
         ``weights``) it is the paper's acceptance ``sum_y min(q(y), p_I(y))``, the
         probability that step 2 accepts the selected draft: a lower bound on P(Y is a
         drafted token), which the residual can exceed by outputting another draft's token

@@ -14,8 +14,9 @@ Step 2 makes the output exactly ``q``-distributed for *any* selection law, provi
 ``p_I`` is the law that step 1 really has; the acceptance of step 2 is
 ``sum_y min(q(y), p_I(y))``. :class:`TwoStepScheme` implements step 2 and the exact
 operations once; the canonical LP (:mod:`mspec.schemes.canonical`), the paper's IS scheme
-(:mod:`mspec.schemes.importance`) and the full-vocabulary optimal scheme
-(:mod:`mspec.schemes.optimal_selection`) only say how they select.
+(:mod:`mspec.schemes.importance`), the optimal selection's reference
+(:mod:`mspec.schemes.optimal_reference`) and the faster schemes of :mod:`mspec.fast` only
+say how they select.
 """
 
 from __future__ import annotations

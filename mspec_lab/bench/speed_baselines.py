@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mspec.schemes.registry import make_scheme
+from mspec.registry import make_scheme
 from mspec_lab.synthetic import OPT_VOCAB_SIZE, lm_like_pair
 from mspec_lab.bench.timing import DRAFTED_TUPLES, cycling, median_times
 

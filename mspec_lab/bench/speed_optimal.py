@@ -4,7 +4,7 @@ At OPT's vocabulary (V = 50272), K = 2 identical drafts, :func:`time_closed_form
 times, in one run:
 
 * the closed-form optimum ``optimal_acceptance`` (goal < 10 ms);
-* one IS selection step -- build ``ImportanceSampling(s=5, alphabet=40)`` for the
+* one IS selection step -- build ``RatioImportanceSampling(s=5, alphabet=40)`` for the
   position (ranking + the truncated LP) and ``sample`` the drafted tokens (goal < 5 ms);
 * one single-draft step (``SingleDraft(draft=, target=).sample``) as the baseline.
 
@@ -14,7 +14,7 @@ softmax of ``3 N(0, 1)`` logits, the draft the same logits at temperature 1.5
 (:data:`TEMPERATURE_ONLY`).
 
 :func:`time_optimal_scaling`: the exactly optimal scheme at any V (``"optimal"``,
-:mod:`mspec.schemes.optimal_selection`) on LM-shaped pairs (:func:`mspec_lab.synthetic.lm_like_pair`) for
+:mod:`mspec.fast.optimal_selection`) on LM-shaped pairs (:func:`mspec_lab.synthetic.lm_like_pair`) for
 V = 1k..256k and K = 2, 4, 8: its set-up (ratio buckets, PAVA, the split tokens' sort), the
 first selection step at a fresh position (set-up plus building the pieces the drafted tokens
 reach) and its ratio to one single-draft step at the same V measured in the same run, later
@@ -26,7 +26,7 @@ greedy tiling.
 next-token distributions: the offline default model pair (SmolLM2-135M drafting for itself at
 temperature 1.5) along ``N`` prompts of each dataset (default Dolly), 16 positions each,
 K = 2, 4, 8, split by whether the optimum is exactly 1 (fact 6 of
-:mod:`mspec.schemes.optimal_selection`: no sort).
+:mod:`mspec.fast.optimal_selection`: no sort).
 
 Command: ``python -m mspec_lab optimal``; :func:`time_optimal` runs all four.
 """
@@ -39,9 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from mspec.schemes.closed_form import optimal_acceptance
-from mspec.schemes.importance import ImportanceSampling
+from mspec.fast.importance_ratio import RatioImportanceSampling
 from mspec.schemes.optimal_lp import MAX_LP_VARIABLES, OptimalLP
-from mspec.schemes.optimal_selection import OptimalSelection
+from mspec.fast.optimal_selection import OptimalSelection
 from mspec.schemes.single import SingleDraft
 from mspec.schemes.specinfer import SpecInfer
 from mspec.schemes.spectr import SpecTr
@@ -137,9 +137,9 @@ def time_closed_form_and_is(s: OptimalSpeedSettings) -> dict:
         "single": median_time(lambda: SingleDraft(draft=draft, target=target).sample(next_tokens()[:1], rng),
                               repeats=s.repeats),
         "closed": median_time(lambda: optimal_acceptance(draft=draft, target=target, num_drafts=2), repeats=s.repeats),
-        "is": median_time(lambda: ImportanceSampling(**params).sample(next_tokens(), rng), repeats=s.repeats),
+        "is-ratio": median_time(lambda: RatioImportanceSampling(**params).sample(next_tokens(), rng), repeats=s.repeats),
     }
-    scheme = ImportanceSampling(**params)
+    scheme = RatioImportanceSampling(**params)
     variables, constraints = scheme.stages[0].lp_size
     single = times["single"]
     print(f"V = {s.vocab_size}, K = 2 identical drafts; target softmax(3 N(0,1)), draft at temperature 1.5")
@@ -148,9 +148,9 @@ def time_closed_form_and_is(s: OptimalSpeedSettings) -> dict:
     print(f"{'closed-form optimum optimal_acceptance':<44} {times['closed'] * 1e3:8.3f} "
           f"{times['closed'] / single:9.2f}  "
           f"< {CLOSED_FORM_GOAL_S * 1e3:g} ms: {'ok' if times['closed'] < CLOSED_FORM_GOAL_S else 'MISSED'}")
-    print(f"{f'IS step (s={s.s}, alphabet={s.alphabet}, incl. LP)':<44} {times['is'] * 1e3:8.3f} "
-          f"{times['is'] / single:9.2f}  < {IS_STEP_GOAL_S * 1e3:g} ms: "
-          f"{'ok' if times['is'] < IS_STEP_GOAL_S else 'MISSED'}")
+    print(f"{f'IS step (s={s.s}, alphabet={s.alphabet}, incl. LP)':<44} {times['is-ratio'] * 1e3:8.3f} "
+          f"{times['is-ratio'] / single:9.2f}  < {IS_STEP_GOAL_S * 1e3:g} ms: "
+          f"{'ok' if times['is-ratio'] < IS_STEP_GOAL_S else 'MISSED'}")
     print(f"IS truncated LP: {variables} variables, {constraints} inequality constraints")
     print("acceptance: "
           f"single {SingleDraft(draft=draft, target=target).acceptance():.4f}, "

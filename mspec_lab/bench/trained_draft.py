@@ -74,7 +74,7 @@ class TrainedDraftSettings:
         return cls(**{**cls.QUICK, "smoke_test": True, **overrides})
 
     def __post_init__(self):
-        from mspec.schemes.registry import SCHEMES
+        from mspec.registry import SCHEMES
         from mspec_lab.train_draft import HELD_OUT
 
         if not 1 <= self.prompts <= HELD_OUT:
@@ -87,7 +87,7 @@ class TrainedDraftSettings:
                 raise ValueError(f"`{name}` must be a non-empty list of integers >= 1, got {values}")
             object.__setattr__(self, name, values)
         if self.scheme not in SCHEMES or self.scheme == "single":
-            raise ValueError(f"`scheme` (the rule for K > 1) must be a multi-draft scheme of mspec.schemes.SCHEMES, "
+            raise ValueError(f"`scheme` (the rule for K > 1) must be a multi-draft scheme of mspec.SCHEMES, "
                              f"e.g. 'specinfer' or 'optimal'; got {self.scheme!r}")
 
 

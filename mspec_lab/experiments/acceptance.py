@@ -8,9 +8,9 @@ temperature; for the offline default the draft model *is* the target, so ``p`` i
 logits at temperature 1.5). At each position we compute the exact acceptance probability,
 no sampling, of:
 
-* ``optimal``: the exactly optimal scheme of :mod:`mspec.schemes.optimal_selection` at the full
+* ``optimal``: the exactly optimal scheme of :mod:`mspec.fast.optimal_selection` at the full
   vocabulary (its acceptance is the closed form);
-* ``is``: the paper's importance-sampling scheme (``s``, ``alphabet``; default 5, 40);
+* ``is-ratio``: the paper's importance-sampling scheme (``s``, ``alphabet``; default 5, 40);
 * ``spectr``, ``specinfer``: the baselines; ``single``: one draft (K = 1);
 
 for K = 2, 4, 8 identical drafts, and report mean ± standard error over positions (all
@@ -212,10 +212,10 @@ def collect_distributions(pair, prompt_ids, *, positions: int, draft_temperature
 def token_acceptance(scheme: str, *, draft, target, num_drafts: int, params: dict | None = None) -> float:
     """Exact acceptance of ``scheme`` at one position (``"single"``: one draft, any K).
 
-    ``"optimal"`` is the full-vocabulary scheme of :mod:`mspec.schemes.optimal_selection`; its
+    ``"optimal"`` is the full-vocabulary scheme of :mod:`mspec.fast.optimal_selection`; its
     acceptance equals the closed form ``optimal_acceptance`` (tested to 1e-9).
     """
-    from mspec.schemes.registry import make_scheme
+    from mspec.registry import make_scheme
 
     if scheme == "single":
         return make_scheme("single", draft=draft, target=target).acceptance()
@@ -268,7 +268,7 @@ def check_against_file(pair, exact_pair, prompt_ids, values, *, target_temperatu
         target_temperature: temperature of ``q`` and of the sampled continuation.
         seed: seed of the continuation (as in the file).
         draft_temperature: one draft temperature for every value, or ``None``.
-        params: parameters of the IS schemes (``"is"``, ``"is-paper"``).
+        params: parameters of the IS schemes (``"is-ratio"``, ``"is"``).
     """
     from mspec.distributions import distribution_from_logits
     from mspec_lab.rounding import acceptance_tolerance, logit_rounding_error
@@ -401,8 +401,8 @@ def check_ordering(stats: dict, drafts) -> list[tuple[str, int, bool, str]]:
     for dataset, by_scheme in stats.items():
         for k in drafts:
             m = {s: by_scheme[s][k]["mean"] for s in paper.COMPARED_SCHEMES}
-            ok = (m["optimal"] >= m["is"] - ORDER_TOLERANCE
-                  and m["is"] >= max(m["spectr"], m["specinfer"]) - ORDER_TOLERANCE)
+            ok = (m["optimal"] >= m["is-ratio"] - ORDER_TOLERANCE
+                  and m["is-ratio"] >= max(m["spectr"], m["specinfer"]) - ORDER_TOLERANCE)
             detail = " ".join(f"{s}={m[s]:.4f}" for s in paper.COMPARED_SCHEMES)
             checks.append((dataset, k, bool(ok), detail))
     return checks

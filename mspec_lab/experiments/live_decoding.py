@@ -46,7 +46,7 @@ __all__ = ["AUTOREGRESSIVE", "DecodingRun", "DecodingSettings", "EXPERIMENTS", "
 
 EXPERIMENTS = ("drafts", "temperature", "nonidentical", "topk", "truncation")
 #: the compared schemes that accept non-identical drafts (Figure 4)
-NONIDENTICAL_SCHEMES = ("is-paper", "is", "specinfer")
+NONIDENTICAL_SCHEMES = ("is", "is-ratio", "specinfer")
 AUTOREGRESSIVE = "autoregressive"
 #: Table 2 varies the IS alphabet at this LP size s, and s at this alphabet (the paper's setting)
 TRUNCATION_S, TRUNCATION_ALPHABET = 5, 40
@@ -278,7 +278,7 @@ def _truncation_variants(s: DecodingSettings) -> list:
     params += [{"s": lp, "alphabet": TRUNCATION_ALPHABET} for lp in s.lp_sizes if lp <= TRUNCATION_ALPHABET]
     unique = [p for i, p in enumerate(params) if p not in params[:i]]
     t = s.draft_temperature
-    return [("single", {"temps": [t]})] + [("is-paper", {"temps": [t, t], "params": p}) for p in unique]
+    return [("single", {"temps": [t]})] + [("is", {"temps": [t, t], "params": p}) for p in unique]
 
 
 #: experiment -> its variants ``(method, Sweep.config keywords)`` per prompt and seed
@@ -406,7 +406,7 @@ def _topk_stats(rows, s: DecodingSettings) -> dict:
                       AUTOREGRESSIVE: method_stats(pick(d, method=AUTOREGRESSIVE), single)}
         for k in s.topk_drafts:
             by = {m: pick(d, method=m, num_drafts=k) for m in paper.COMPARED_SCHEMES}
-            out[top_k][k] = {m: {**method_stats(rows_m, single), "over_is_paper": paired_ratio(rows_m, by["is-paper"])}
+            out[top_k][k] = {m: {**method_stats(rows_m, single), "over_is_paper": paired_ratio(rows_m, by["is"])}
                              for m, rows_m in by.items()}
     return out
 
@@ -414,10 +414,10 @@ def _topk_stats(rows, s: DecodingSettings) -> dict:
 def _truncation_stats(rows, s: DecodingSettings) -> dict:
     single = pick(rows, method="single")
     out = {"single": method_stats(single, single)}
-    for row in pick(rows, method="is-paper"):
+    for row in pick(rows, method="is"):
         label = f"s={row['params']['s']},alphabet={row['params']['alphabet']}"
         if label not in out:
-            out[label] = method_stats(pick(rows, method="is-paper", params=row["params"]), single)
+            out[label] = method_stats(pick(rows, method="is", params=row["params"]), single)
     return out
 
 

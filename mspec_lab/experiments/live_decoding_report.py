@@ -156,7 +156,7 @@ def _print_quality(dataset: str, by: dict, s: DecodingSettings, notes):
     metric = "BLEU (0-1, sentence level)" if dataset == "wmt" else "ROUGE-L"
     header = ["method"] + [c for t in temps for c in (f"T={t:g} ours", f"T={t:g} paper")]
     body = []
-    for m in ("is-paper", "is", "single", "specinfer", "spectr"):
+    for m in ("is", "is-ratio", "single", "specinfer", "spectr"):
         row = [m]
         for t in temps:
             idx = paper.TEMPERATURES.index(t) if t in paper.TEMPERATURES else None
@@ -188,7 +188,7 @@ def _print_topk(st, s: DecodingSettings, notes):
     body = []
     for top_k, by in st.items():
         for k in s.topk_drafts:
-            theirs_is = paper.paper_value(paper.TABLE4_TOP_K, top_k, k, "is-paper")
+            theirs_is = paper.paper_value(paper.TABLE4_TOP_K, top_k, k, "is")
             for m in paper.COMPARED_SCHEMES:
                 theirs = paper.paper_value(paper.TABLE4_TOP_K, top_k, k, m)
                 body.append([top_k, k, m, _be(by[k][m]), fmt(theirs), _stat(by[k][m]["over_is_paper"], 0, 100, "%"),
@@ -276,7 +276,7 @@ def _print_goals(goals, preset: str, smoke_test: bool = False):
 
 
 # -- figures -------------------------------------------------------------------------------------
-COLORS = {"optimal": "#8e44ad", "is-paper": "#ff7f0e", "is": "#d62728", "spectr": "#1f77b4", "specinfer": "#2ca02c", "single": "#999999",
+COLORS = {"optimal": "#8e44ad", "is": "#ff7f0e", "is-ratio": "#d62728", "spectr": "#1f77b4", "specinfer": "#2ca02c", "single": "#999999",
           AUTOREGRESSIVE: "#222222"}
 
 

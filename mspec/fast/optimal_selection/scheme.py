@@ -32,7 +32,7 @@ key 1 the error is ~1e-15 absolute. A token whose ``p_t`` is below the spacing o
 where it lies (~1e-16 near key 1) can get a law of float length 0 (the greedy: a point),
 selected with about ``p_t h(point) ~ x_t``. Non-identical drafts are not covered: ``f`` is
 then ``1 - prod_i (1 - p_i(A))``, not a function of one additive mass, and uniform keys
-cannot reach its polytope (book section); use ``"optimal-lp"`` (small V) or ``"is"``.
+cannot reach its polytope (book section); use ``"optimal-lp"`` (small V) or ``"is-ratio"``.
 
 """
 
@@ -41,13 +41,13 @@ from __future__ import annotations
 import numpy as np
 
 from mspec.schemes.two_step import TwoStepScheme
-from mspec.schemes.optimal_selection.atoms import Atoms
-from mspec.schemes.optimal_selection.greedy import CERTIFY_TOLERANCE, GreedyPiece
-from mspec.schemes.optimal_selection.options import DEFAULT, FastPath
-from mspec.schemes.optimal_selection.pieces import certified_pool_piece, certify_atom_before_use
-from mspec.schemes.optimal_selection.pool import PoolPiece
-from mspec.schemes.optimal_selection.reference import ReferenceOptimalSelection
-from mspec.schemes.optimal_selection.runs import RunPiece
+from mspec.fast.optimal_selection.atoms import Atoms
+from mspec.fast.optimal_selection.greedy import CERTIFY_TOLERANCE, GreedyPiece
+from mspec.fast.optimal_selection.options import DEFAULT, FastPath
+from mspec.fast.optimal_selection.pieces import certified_pool_piece, certify_atom_before_use
+from mspec.fast.optimal_selection.pool import PoolPiece
+from mspec.schemes.optimal_reference import ReferenceOptimalSelection
+from mspec.fast.optimal_selection.runs import RunPiece
 
 #: how pieces are realised: "pool" (slots and a shared pool, vectorised; the greedy where
 #: that is not valid) or "greedy" (always the greedy tiling)
@@ -70,7 +70,7 @@ class OptimalSelection(TwoStepScheme):
     law is exactly the target. A :class:`~mspec.schemes.two_step.TwoStepScheme`: this class
     says how the smallest key selects (step 1), the base class does the single-draft step
     from ``x`` to ``q``. :meth:`reference` builds the construction to read
-    (:mod:`~mspec.schemes.optimal_selection.reference`).
+    (:mod:`~mspec.schemes.optimal_reference`).
 
     Args:
         draft: ``(V,)`` draft distribution ``p`` (K identical drafts; ``(K, V)`` with equal
@@ -95,7 +95,7 @@ class OptimalSelection(TwoStepScheme):
             CERTIFY_TOLERANCE``; if even that fails, :class:`~mspec.schemes.selection.SchemeError`),
             fact 5 for the spread -- and is recorded in ``fallbacks``. A negative value fails
             every certificate, i.e. forces the fallbacks (for tests).
-        fast: the fast path's switches (:class:`~mspec.schemes.optimal_selection.FastPath`); every
+        fast: the fast path's switches (:class:`~mspec.fast.optimal_selection.FastPath`); every
             setting gives the same output law.
 
     Attributes:
@@ -118,17 +118,10 @@ class OptimalSelection(TwoStepScheme):
         if atoms not in ATOMS:
             raise ValueError(f"atoms must be one of {ATOMS}, got {atoms!r}")
         if not isinstance(fast, FastPath):
-            raise TypeError(f"fast must be a mspec.schemes.optimal_selection.FastPath, got {type(fast).__name__}")
+            raise TypeError(f"fast must be a mspec.fast.optimal_selection.FastPath, got {type(fast).__name__}")
         self.tiling, self.fast = tiling, fast
         self.certify_tolerance = float(certify_tolerance)
         self.fallbacks: list[str] = []
-        rows = np.asarray(draft, dtype=object if np.ndim(draft) == 0 else None)
-        if rows.ndim == 2 and rows.shape[0] > 1 and not np.all(rows == rows[0]):
-            raise ValueError(
-                "scheme 'optimal' needs identical drafts: pass `draft` of shape (V,) with "
-                "num_drafts=K; for different draft distributions use 'optimal-lp' (exact, "
-                "small V), 'is' or 'specinfer'"
-            )
         super().__init__(draft=draft, target=target, num_drafts=num_drafts)
         k = self.num_drafts
         p, q = self.draft, self.target
@@ -156,7 +149,7 @@ class OptimalSelection(TwoStepScheme):
     @staticmethod
     def reference(*, draft, target, num_drafts=None) -> ReferenceOptimalSelection:
         """The reference construction, the one to read
-        (:mod:`~mspec.schemes.optimal_selection.reference`: plain floats, every token its own
+        (:mod:`~mspec.schemes.optimal_reference`: plain floats, every token its own
         key set, each piece tiled greedily token by token). The same output law and
         acceptance as the fast path; the tests use it as the fast path's oracle."""
         return ReferenceOptimalSelection(draft=draft, target=target, num_drafts=num_drafts)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mspec.schemes.optimal_selection.buckets import BUCKET_BITS, CERTIFICATE_MARGIN, SORT_BELOW, SPREAD_BITS
-from mspec.schemes.optimal_selection.pool import MAX_DEPTH
+from mspec.fast.optimal_selection.buckets import BUCKET_BITS, CERTIFICATE_MARGIN, SORT_BELOW, SPREAD_BITS
+from mspec.fast.optimal_selection.pool import MAX_DEPTH
 
 
 @dataclass(frozen=True)
 class FastPath:
-    """Options of the fast path of :class:`~mspec.schemes.optimal_selection.OptimalSelection`.
+    """Options of the fast path of :class:`~mspec.fast.optimal_selection.OptimalSelection`.
 
     Attributes:
         spread: try fact 6 (an optimum of 1 without a sort) when the bucket sums allow it;

@@ -1,4 +1,4 @@
-"""The best induced distribution ``x = p_I`` (fact 1 of :mod:`mspec.schemes.optimal_selection`).
+"""The best induced distribution ``x = p_I`` (fact 1 of :mod:`mspec.fast.optimal_selection`).
 
 Notation (paper): K i.i.d. drafts from ``p`` (``draft``), target ``q`` (``target``),
 ``g(m) = 1 - (1 - m)^K`` and ``f(A) = g(p(A))`` = P(some draft lies in A).

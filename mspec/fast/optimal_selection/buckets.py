@@ -1,4 +1,4 @@
-"""Fast path, fact 5 of :mod:`mspec.schemes.optimal_selection`: ratio buckets as atoms (no sort).
+"""Fast path, fact 5 of :mod:`mspec.fast.optimal_selection`: ratio buckets as atoms (no sort).
 
 Notation (paper): K i.i.d. drafts from ``p`` (``draft``), target ``q`` (``target``),
 ``g(m) = 1 - (1 - m)^K`` and ``f(A) = g(p(A))`` = P(some draft lies in A).
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mspec.schemes.optimal_selection.induced import argsort_positive, lex_pieces
+from mspec.fast.optimal_selection.induced import argsort_positive, lex_pieces
 
 #: mantissa bits of q/p that name a bucket: ratios in one bucket differ by a factor < 1 + 2^-6
 BUCKET_BITS = 6

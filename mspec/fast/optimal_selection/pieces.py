@@ -1,7 +1,7 @@
 """Fast path: one piece's key laws by slots and a pool, certified before use, with the
 greedy tiling as the exact fallback (each fallback recorded in the scheme's ``fallbacks``).
 
-A piece of at most :data:`~mspec.schemes.optimal_selection.pool.ALL_EDGES_BELOW` atoms solves all its
+A piece of at most :data:`~mspec.fast.optimal_selection.pool.ALL_EDGES_BELOW` atoms solves all its
 slot edges at once and is certified in full (:meth:`PoolPiece.certify`); a larger one solves
 edges lazily, is certified by its ends, and then atom by atom, before any key is drawn from
 that atom (:meth:`PoolPiece.certify_atom`). Whatever fails is replaced by the greedy,
@@ -11,9 +11,9 @@ itself checked in full; if even that fails, :class:`~mspec.schemes.selection.Sch
 from __future__ import annotations
 
 from mspec.schemes.selection import SchemeError
-from mspec.schemes.optimal_selection.greedy import certify_greedy
-from mspec.schemes.optimal_selection.pool import ALL_EDGES_BELOW, PoolPiece
-from mspec.schemes.optimal_selection.runs import RunPiece
+from mspec.fast.optimal_selection.greedy import certify_greedy
+from mspec.fast.optimal_selection.pool import ALL_EDGES_BELOW, PoolPiece
+from mspec.fast.optimal_selection.runs import RunPiece
 
 
 def certified_pool_piece(rule, j: int):

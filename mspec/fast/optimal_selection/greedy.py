@@ -1,10 +1,10 @@
-"""Key sets by the greedy tiling (facts 2 and 3 of :mod:`mspec.schemes.optimal_selection`), with
+"""Key sets by the greedy tiling (facts 2 and 3 of :mod:`mspec.fast.optimal_selection`), with
 the rounding guards of the fast path: its exact fallback (``reference.py`` is the plain one).
 
 Notation (paper): K i.i.d. drafts from ``p`` (``draft``), target ``q`` (``target``),
 ``g(m) = 1 - (1 - m)^K`` and ``f(A) = g(p(A))`` = P(some draft lies in A).
 
-Fact 2 (:mod:`mspec.schemes.optimal_selection.scheme`): if the key of a draft of token ``t`` is
+Fact 2 (:mod:`mspec.fast.optimal_selection.scheme`): if the key of a draft of token ``t`` is
 uniform on a set ``M_t`` of length ``p_t`` and the sets tile ``[0, 1]``, the smallest key
 selects ``t`` with probability ``nu(M_t)``, so realising ``x`` is a tiling problem: sets
 ``M_t`` of length ``p_t`` and ``nu``-mass ``x_t``.
@@ -73,7 +73,7 @@ class GreedyPiece:
     placed by the token's own density ``x / p``, targets are scaled to what the free keys
     hold (:meth:`_scale`, so that roundings do not pile up on the last token), a window that
     rounding put a little off the one before is moved back, and a token below the keys'
-    resolution is a point that opens no block (see "Exactness" in :mod:`mspec.schemes.optimal_selection.scheme`).
+    resolution is a point that opens no block (see "Exactness" in :mod:`mspec.fast.optimal_selection.scheme`).
     """
 
     def __init__(self, masses: np.ndarray, targets: np.ndarray, start: float, num_drafts: int):

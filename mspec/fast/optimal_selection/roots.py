@@ -1,4 +1,4 @@
-"""Root solves for the slot edges of :mod:`mspec.schemes.optimal_selection.pool`: ``u^K - g u = rhs``
+"""Root solves for the slot edges of :mod:`mspec.fast.optimal_selection.pool`: ``u^K - g u = rhs``
 on either branch (Newton from a point beyond the root, vectorised), and refinements of a
 concave edge equation without cancellation."""
 
@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 
-from mspec.schemes.optimal_selection.greedy import NEWTON_STEPS
-from mspec.schemes.optimal_selection.induced import power_by_squaring
+from mspec.fast.optimal_selection.greedy import NEWTON_STEPS
+from mspec.fast.optimal_selection.induced import power_by_squaring
 
 #: a slot edge's Newton iteration stops at a step this small (relative): the error after it
 #: is about its square; the iterates can flip between floats a few ulps apart, so not 2e-16

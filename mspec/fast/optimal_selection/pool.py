@@ -1,4 +1,4 @@
-"""Fast path, fact 4 of :mod:`mspec.schemes.optimal_selection`: slots and a pool.
+"""Fast path, fact 4 of :mod:`mspec.fast.optimal_selection`: slots and a pool.
 
 Notation (paper): K i.i.d. drafts from ``p`` (``draft``), target ``q`` (``target``),
 ``g(m) = 1 - (1 - m)^K`` and ``f(A) = g(p(A))`` = P(some draft lies in A).
@@ -31,10 +31,10 @@ import math
 import numpy as np
 
 from mspec.schemes.selection import SchemeError
-from mspec.schemes.optimal_selection.greedy import CERTIFY_TOLERANCE, GREEDY_CERTIFY_FACTOR, certify_greedy
-from mspec.schemes.optimal_selection.induced import power_by_squaring
-from mspec.schemes.optimal_selection.roots import concave_root, power_root, power_root_both
-from mspec.schemes.optimal_selection.runs import RunPiece
+from mspec.fast.optimal_selection.greedy import CERTIFY_TOLERANCE, GREEDY_CERTIFY_FACTOR, certify_greedy
+from mspec.fast.optimal_selection.induced import power_by_squaring
+from mspec.fast.optimal_selection.roots import concave_root, power_root, power_root_both
+from mspec.fast.optimal_selection.runs import RunPiece
 
 #: a slot may exceed its token's length by this fraction (rounding) before the pool
 #: construction is refused for the piece

@@ -1,6 +1,6 @@
 """Fast path of the greedy tiling: long runs of shells solved together, vectorised.
 
-The scalar greedy (:class:`~mspec.schemes.optimal_selection.greedy.GreedyPiece`) tiles one token per
+The scalar greedy (:class:`~mspec.fast.optimal_selection.greedy.GreedyPiece`) tiles one token per
 step. After :data:`SHELL_RUN` shells in a row, :class:`RunPiece` instead solves the windows
 of many tokens at once: in the free space with the used blocks squeezed out, the tokens
 ``first..j`` of a run of shells together occupy one window ``[S_j, S_j + c_j]`` (``c_j`` their
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mspec.schemes.optimal_selection.greedy import NEWTON_STEPS, GreedyPiece
+from mspec.fast.optimal_selection.greedy import NEWTON_STEPS, GreedyPiece
 
 #: after this many shells in a row, solve the following ones together (vectorised)
 SHELL_RUN = 16

@@ -1,4 +1,5 @@
-"""Choose a token-level selection scheme by name.
+"""Choose a token-level selection scheme by name: the paper's schemes (:mod:`mspec.schemes`)
+and, where the same law has a faster path (:mod:`mspec.fast`), that path.
 
 >>> import numpy as np, mspec
 >>> rule = mspec.make_scheme("spectr", draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2)
@@ -10,23 +11,26 @@ from __future__ import annotations
 
 import inspect
 
+from mspec.fast.importance_ratio import RatioImportanceSampling
+from mspec.fast.optimal_selection import OptimalSelection
+from mspec.fast.spectr_newton import NewtonSpecTr
 from mspec.schemes.canonical import CanonicalScheme
 from mspec.schemes.importance import ImportanceSampling
-from mspec.schemes.importance_paper import PaperImportanceSampling
 from mspec.schemes.optimal_lp import OptimalLP
-from mspec.schemes.optimal_selection import OptimalSelection
 from mspec.schemes.selection import SelectionScheme
 from mspec.schemes.single import SingleDraft
 from mspec.schemes.specinfer import SpecInfer
-from mspec.schemes.spectr import SpecTr
 
-#: every scheme class of the package, in the order the book introduces them
+#: every scheme class of the package, in the order the book introduces them (SpecTr and the
+#: optimal selection by their fast paths: the same laws as their references in mspec.schemes)
 SCHEME_CLASSES: tuple[type[SelectionScheme], ...] = (
-    SingleDraft, SpecInfer, SpecTr, OptimalLP, CanonicalScheme, PaperImportanceSampling, ImportanceSampling,
+    SingleDraft, SpecInfer, NewtonSpecTr, OptimalLP, CanonicalScheme, ImportanceSampling, RatioImportanceSampling,
     OptimalSelection,
 )
 #: scheme name -> class, built from each class's ``name``
 SCHEMES: dict[str, type[SelectionScheme]] = {cls.name: cls for cls in SCHEME_CLASSES}
+#: names that were renamed -> what to use now
+RENAMED_SCHEMES = {"is-paper": "'is' (the paper's IS scheme; our variant is 'is-ratio')"}
 
 
 def get_scheme(name: str) -> type[SelectionScheme]:
@@ -34,6 +38,8 @@ def get_scheme(name: str) -> type[SelectionScheme]:
     try:
         return SCHEMES[name]
     except (KeyError, TypeError):
+        if isinstance(name, str) and name in RENAMED_SCHEMES:
+            raise ValueError(f"scheme {name!r} is now called {RENAMED_SCHEMES[name]}") from None
         raise ValueError(f"unknown scheme {name!r}; choose one of {sorted(SCHEMES)}") from None
 
 
@@ -45,7 +51,7 @@ def make_scheme(name: str, *, draft, target, num_drafts=None, **params) -> Selec
         draft: ``(V,)`` (identical drafts, with ``num_drafts``) or ``(K, V)``.
         target: ``(V,)``.
         num_drafts: K.
-        **params: scheme parameters (e.g. ``s`` and ``alphabet`` for ``"is"`` and ``"is-paper"``).
+        **params: scheme parameters (e.g. ``s`` and ``alphabet`` for ``"is-ratio"`` and ``"is"``).
 
     Raises:
         ValueError: an unknown ``name``, or a parameter the scheme does not take.

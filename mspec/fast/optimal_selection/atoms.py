@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from mspec.schemes.optimal_selection.buckets import (
+from mspec.fast.optimal_selection.buckets import (
     BUCKET_BITS,
     MAX_BUCKET_BITS,
     bucket_level,
@@ -18,9 +18,9 @@ from mspec.schemes.optimal_selection.buckets import (
     splice,
     split_segment,
 )
-from mspec.schemes.optimal_selection.induced import lex_optimal_induced
-from mspec.schemes.optimal_selection.options import DEFAULT
-from mspec.schemes.optimal_selection.spread import Spread
+from mspec.fast.optimal_selection.induced import lex_optimal_induced
+from mspec.fast.optimal_selection.options import DEFAULT
+from mspec.fast.optimal_selection.spread import Spread
 
 
 class Atoms:

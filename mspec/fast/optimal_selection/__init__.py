@@ -9,9 +9,9 @@ is still exact is written up for maintainers in ``ENGINEERING.md`` beside this f
 Notation (paper): K i.i.d. drafts from ``p`` (``draft``), target ``q`` (``target``),
 ``g(m) = 1 - (1 - m)^K`` and ``f(A) = g(p(A))`` = P(some draft lies in A).
 
-**The reference**, ``reference.py`` (``OptimalSelection.reference(draft=..., target=...,
-num_drafts=K)``), one file in plain floats, in reading order: sort the tokens by ``q/p``;
-the best induced distribution ``x = p_I``, the greatest convex minorant of
+**The reference**, :mod:`mspec.schemes.optimal_reference`
+(``OptimalSelection.reference(draft=..., target=..., num_drafts=K)``), is one file in plain
+floats, in reading order: sort the tokens by ``q/p``; the best induced distribution ``x = p_I``, the greatest convex minorant of
 ``(q(prefix), f(prefix))`` by isotonic regression (its acceptance ``sum_y min(q(y), x(y))``
 is the closed-form optimum); key sets, each draft of token ``t`` a key uniform on a set
 ``M_t`` of length ``p_t`` and ``nu``-mass ``x_t`` (``nu`` has distribution function ``g``),
@@ -34,9 +34,8 @@ and, by default (``atoms="auto", tiling="pool"``), each part certified before us
 ``FastPath`` (``options.py``) holds the fast path's switches.
 """
 
-from mspec.schemes.optimal_selection.induced import lex_optimal_induced
-from mspec.schemes.optimal_selection.options import FastPath
-from mspec.schemes.optimal_selection.reference import ReferenceOptimalSelection
-from mspec.schemes.optimal_selection.scheme import OptimalSelection
+from mspec.fast.optimal_selection.induced import lex_optimal_induced
+from mspec.fast.optimal_selection.options import FastPath
+from mspec.fast.optimal_selection.scheme import OptimalSelection
 
-__all__ = ["FastPath", "OptimalSelection", "ReferenceOptimalSelection", "lex_optimal_induced"]
+__all__ = ["FastPath", "OptimalSelection", "lex_optimal_induced"]

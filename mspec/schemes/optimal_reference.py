@@ -2,8 +2,8 @@
 
 This is the construction of the book's chapter "Optimal at vocabulary scale", written to
 be read, and the oracle that the tests hold the fast path
-(:class:`~mspec.schemes.optimal_selection.OptimalSelection`) to. It uses no other module
-of :mod:`mspec.schemes.optimal_selection`.
+(:class:`~mspec.fast.optimal_selection.OptimalSelection`) to. It uses no other module
+of :mod:`mspec.fast.optimal_selection`.
 
 Notation (paper): K i.i.d. drafts from ``p`` (``draft``), target ``q`` (``target``),
 ``g(m) = 1 - (1 - m)^K`` and ``f(A) = g(p(A))`` = P(some draft lies in the token set A).
@@ -220,7 +220,7 @@ def draw_key(intervals: np.ndarray, rng: np.random.Generator) -> float:
 
 class ReferenceOptimalSelection(TwoStepScheme):
     """The reference of ``"optimal"`` (this module's docstring): the same acceptance and
-    output law as :class:`~mspec.schemes.optimal_selection.OptimalSelection`, built plainly.
+    output law as :class:`~mspec.fast.optimal_selection.OptimalSelection`, built plainly.
     Not registered; ``OptimalSelection.reference(...)`` builds it.
 
     Args:

@@ -1,4 +1,4 @@
-"""Fast path, fact 6 of :mod:`mspec.schemes.optimal_selection`: an optimum of 1 without a sort.
+"""Fast path, fact 6 of :mod:`mspec.fast.optimal_selection`: an optimum of 1 without a sort.
 
 Notation (paper): K i.i.d. drafts from ``p`` (``draft``), target ``q`` (``target``),
 ``g(m) = 1 - (1 - m)^K`` and ``f(A) = g(p(A))`` = P(some draft lies in A).
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mspec.schemes.optimal_selection.buckets import CERTIFICATE_MARGIN
-from mspec.schemes.optimal_selection.pool import MAX_DEPTH, SLOT_TOLERANCE, certify_piece, PoolPiece
+from mspec.fast.optimal_selection.buckets import CERTIFICATE_MARGIN
+from mspec.fast.optimal_selection.pool import MAX_DEPTH, SLOT_TOLERANCE, certify_piece, PoolPiece
 
 #: fact 6 checks at most this many buckets token by token where the bucket bound is too loose
 SPREAD_EXACT_BUCKETS = 4
