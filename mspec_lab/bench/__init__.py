@@ -11,6 +11,9 @@ against a baseline measured in the same run, never by timed unit tests:
 * :mod:`~mspec_lab.bench.speed_gpu` (``gpu``): live decoding on a GPU, and the speed-up to expect;
 * :mod:`~mspec_lab.bench.timing`: the timer they share.
 
+The trained draft's speed (``trained-draft-speed``) is measured in its own room,
+:mod:`mspec_lab.trained_draft.speed`, beside the draft itself.
+
 The paper's experiments (commands ``experiments``, ``acceptance``, ``decoding``, ``rounds``,
 ``paper-run``: the run whose results the reproducing-the-paper chapter reads) and the
 round-level comparison (``round-rules``: the results the verifying-whole-blocks chapter reads)

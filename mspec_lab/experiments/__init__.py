@@ -25,6 +25,8 @@ row is appended to a CSV file as soon as it is computed, and a rerun resumes.
   selected-block verification) against the per-token rules on the same rounds, and the
   cost of verifying a round (``results/offline_default/round_rules.json``); command
   ``round-rules``.
+* The trained draft's acceptance on the reproducing-the-paper chapter's positions lives
+  with the draft, in :mod:`mspec_lab.trained_draft.regime`; command ``trained-draft-regime``.
 * Shared: :mod:`~mspec_lab.experiments.paper` (the paper's published numbers),
   :mod:`~mspec_lab.experiments.inputs` (datasets, prompts as token ids, seeds),
   :mod:`~mspec_lab.experiments.report` (text tables, the pair's label, JSON and HTML files),

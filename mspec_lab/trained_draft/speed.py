@@ -1,8 +1,9 @@
 """Wall-clock speed of the trained draft (preset ``"smollm2-distilled"``) on this CPU.
 
-:func:`bench_trained_draft` (command ``python -m mspec_lab trained-draft``) decodes the
-held-out prompts of the three datasets (the first ones of :data:`mspec_lab.train_draft.HELD_OUT`
-per file, never trained on) with SmolLM2-135M-Instruct as target, at temperature 1:
+:func:`bench_trained_draft` (command ``python -m mspec_lab trained-draft-speed``) decodes the
+held-out prompts of the three datasets (the first ones of
+:data:`mspec_lab.trained_draft.train.HELD_OUT` per file, never trained on) with
+SmolLM2-135M-Instruct as target, at temperature 1:
 
 * plain sampling from the target (:func:`~mspec.lm.decoding.autoregressive_generate`), the
   baseline, run before and after each prompt's speculative runs (their mean is the baseline
@@ -25,7 +26,7 @@ one decoding step (memory bound), so the projected GPU speed-up is ``BE / (1 + L
 ``c`` the draft step's share of the target's weights (a model, not a measurement).
 
 The results go to ``results/offline_default/trained_draft.json`` (a ``settings`` list).
-``TrainedDraftSettings.quick()`` is a smoke test of the pipeline (one prompt per dataset, few tokens).
+``TrainedDraftSpeedSettings.quick()`` is a smoke test of the pipeline (one prompt per dataset, few tokens).
 """
 
 from __future__ import annotations
@@ -40,17 +41,18 @@ import torch
 from mspec_lab.experiments.report import fmt, format_table, print_block, print_smoke_banner, smoke_test_fields
 from mspec_lab.experiments.results import mean_se, ratio_se
 
-__all__ = ["RESULTS_FILE", "SETTING_FIELDS", "TrainedDraftSettings", "bench_trained_draft", "load_trained_draft_results",
-           "summarize"]
+__all__ = ["SETTING_FIELDS", "SPEED_RESULTS_FILE", "TrainedDraftSpeedSettings", "bench_trained_draft",
+           "load_trained_draft_speed", "summarize_speed"]
 
-RESULTS_FILE = Path("results") / "offline_default" / "trained_draft.json"
+#: the committed results file, relative to the repository
+SPEED_RESULTS_FILE = Path("results") / "offline_default" / "trained_draft.json"
 #: the fields of every entry of the results file's ``settings`` list
 SETTING_FIELDS = ("num_drafts", "draft_length", "threads", "block_efficiency", "block_efficiency_se", "speedup",
                   "speedup_se", "n", "tokens_per_s", "acceptance_per_position", "cost", "gpu_projected_speedup")
 
 
 @dataclass(frozen=True)
-class TrainedDraftSettings:
+class TrainedDraftSpeedSettings:
     """What :func:`bench_trained_draft` runs: ``prompts`` held-out prompts per dataset, each
     decoded with ``max_new_tokens`` tokens by plain sampling and by every (K, L) of
     ``drafts_k`` x ``draft_lengths``, at each thread count of ``threads``; K > 1 with ``scheme``."""
@@ -69,13 +71,13 @@ class TrainedDraftSettings:
     smoke_test: bool = False
 
     @classmethod
-    def quick(cls, **overrides) -> "TrainedDraftSettings":
+    def quick(cls, **overrides) -> "TrainedDraftSpeedSettings":
         """The smoke-test settings (``QUICK``), with ``overrides``."""
         return cls(**{**cls.QUICK, "smoke_test": True, **overrides})
 
     def __post_init__(self):
         from mspec.registry import SCHEMES
-        from mspec_lab.train_draft import HELD_OUT
+        from mspec_lab.trained_draft.train import HELD_OUT
 
         if not 1 <= self.prompts <= HELD_OUT:
             raise ValueError(f"`prompts` must be in 1..{HELD_OUT} (the held-out prompts per dataset), got {self.prompts}")
@@ -93,13 +95,13 @@ class TrainedDraftSettings:
 
 def held_out_prompts(tokenizer, n: int, data_dir=None) -> list[list[int]]:
     """The first ``n`` held-out prompts of each dataset, as token ids, datasets interleaved."""
-    from mspec_lab.train_draft import prompt_ids
+    from mspec_lab.trained_draft.train import prompt_ids
 
     by_dataset = prompt_ids(tokenizer, "held-out", data_dir)
     return [ids for row in zip(*(ps[:n] for ps in by_dataset.values())) for ids in row]
 
 
-def _runs(pair, prompts, s: TrainedDraftSettings, log) -> dict:
+def _runs(pair, prompts, s: TrainedDraftSpeedSettings, log) -> dict:
     """Every generation: ``{threads: {"plain": [[run, run] per prompt], (K, L): [run per prompt]}}``."""
     from mspec.lm.decoding import autoregressive_generate, speculative_generate
 
@@ -147,7 +149,7 @@ def _acceptance(runs, length: int) -> list[list[float]]:
     return out
 
 
-def summarize(runs: dict, s: TrainedDraftSettings, draft_share: float) -> dict:
+def summarize_speed(runs: dict, s: TrainedDraftSpeedSettings, draft_share: float) -> dict:
     """The results file's content (without its provenance) from the generations ``runs``:
     ``{threads: {"plain": [[run before, run after] per prompt], (K, L): [run per prompt]}}``."""
     plain_rates, settings = {}, []
@@ -173,7 +175,7 @@ def summarize(runs: dict, s: TrainedDraftSettings, draft_share: float) -> dict:
     return {"plain": plain_rates, "settings": settings, "draft_share": draft_share}
 
 
-def _report(result: dict, s: TrainedDraftSettings) -> None:
+def _report(result: dict, s: TrainedDraftSpeedSettings) -> None:
     rows = [[str(r["threads"]), str(r["num_drafts"]), str(r["draft_length"]),
              " ".join("-" if np.isnan(a[0]) else f"{a[0]:.2f}" for a in r["acceptance_per_position"]),
              fmt(r["block_efficiency"], r["block_efficiency_se"], n=r["n"]),
@@ -198,22 +200,23 @@ def _report(result: dict, s: TrainedDraftSettings) -> None:
                 format_table(header, rows), notes, smoke_test=s.smoke_test)
 
 
-def bench_trained_draft(settings: TrainedDraftSettings | None = None, *, out: str | Path | None = RESULTS_FILE,
-                        data_dir=None, command: str | None = None, log=print) -> dict:
+def bench_trained_draft(settings: TrainedDraftSpeedSettings | None = None, *,
+                        out: str | Path | None = SPEED_RESULTS_FILE, data_dir=None, command: str | None = None,
+                        log=print) -> dict:
     """Run the benchmark, print its table and write the results file (``out=None``: none)."""
-    from mspec_lab.distilled_draft import weight_share
+    from mspec_lab.trained_draft.model import weight_share
     from mspec_lab.experiments.paper_run import code_version
     from mspec_lab.experiments.report import write_json
     from mspec_lab.models import load_pair
 
-    s = settings or TrainedDraftSettings()
+    s = settings or TrainedDraftSpeedSettings()
     print_smoke_banner(s.smoke_test)
     pair = load_pair("smollm2-distilled", device="cpu")
     prompts = held_out_prompts(pair.tokenizer, s.prompts, data_dir)
     runs = _runs(pair, prompts, s, log)
     result = {**smoke_test_fields(s.smoke_test), "pair": pair.description, "bench": asdict(s), "command": command,
               "code": code_version(),
-              **summarize(runs, s, weight_share(pair.draft_model, pair.target_model))}
+              **summarize_speed(runs, s, weight_share(pair.draft_model, pair.target_model))}
     _report(result, s)
     if out is not None:
         write_json(Path(out), result)
@@ -222,7 +225,7 @@ def bench_trained_draft(settings: TrainedDraftSettings | None = None, *, out: st
 
 
 
-def load_trained_draft_results(path: str | Path | None = None) -> dict:
+def load_trained_draft_speed(path: str | Path | None = None) -> dict:
     """Read a results file (default: the committed run; from a ``pip install`` without the repository, a copy
     downloaded from the installed commit).
 
@@ -234,11 +237,12 @@ def load_trained_draft_results(path: str | Path | None = None) -> dict:
 
     from mspec_lab.experiments.paper_run import committed_file
 
-    path = Path(path) if path is not None else committed_file(RESULTS_FILE)
+    path = Path(path) if path is not None else committed_file(SPEED_RESULTS_FILE)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no results file; write one with `python -m mspec_lab draft-speed --out {path}`")
+        raise FileNotFoundError(f"{path}: no results file; write one with "
+                                f"`python -m mspec_lab trained-draft-speed --out {path}`")
     doc = json.loads(path.read_text(encoding="utf-8"))
     missing = {name for row in doc.get("settings", [None]) for name in SETTING_FIELDS if not row or name not in row}
     if missing:
-        raise ValueError(f"{path}: settings without {sorted(missing)}: rerun `python -m mspec_lab draft-speed`")
+        raise ValueError(f"{path}: settings without {sorted(missing)}: rerun `python -m mspec_lab trained-draft-speed`")
     return doc

@@ -1,7 +1,7 @@
 """The trained draft as a second regime of the reproducing-the-paper chapter.
 
-``python -m mspec_lab trained-regime`` scores the trained draft (preset
-``"smollm2-distilled"``, :mod:`mspec_lab.distilled_draft`) on the very positions of
+``python -m mspec_lab trained-draft-regime`` scores the trained draft (preset
+``"smollm2-distilled"``, :mod:`mspec_lab.trained_draft.model`) on the very positions of
 ``paper_run.json``: the same prompts and the same seeds, so the target samples the same
 continuations and ``q`` is the same at every position. Only the draft differs from the
 same-weights regimes, so how its acceptance grows with K can be set beside theirs and beside
@@ -23,15 +23,16 @@ from mspec_lab.experiments.inputs import derived_seed, load_dataset_prompts, wit
 from mspec_lab.experiments.paper_run import (PaperRunSettings, clustered_summary, distributions_from_logits, prompt_logits,
                                              code_version, committed_file, now, provenance, write_results)
 
-__all__ = ["DRAFT_TEMPERATURE", "RESULTS_FILE", "SCHEMA", "SCHEMES", "check_trained_regime",
-           "load_trained_regime", "run_trained_regime", "trained_regime"]
+__all__ = ["DRAFT_TEMPERATURE", "REGIME_RESULTS_FILE", "REGIME_SCHEMA", "REGIME_SCHEMES",
+           "check_trained_draft_regime", "load_trained_draft_regime", "print_trained_draft_regime",
+           "run_trained_draft_regime", "trained_draft_regime"]
 
 #: format of the results document
-SCHEMA = "mspec-trained-regime/1"
+REGIME_SCHEMA = "mspec-trained-regime/1"
 #: the committed results file, relative to the repository
-RESULTS_FILE = Path("results/offline_default/trained_regime.json")
+REGIME_RESULTS_FILE = Path("results/offline_default/trained_regime.json")
 #: the schemes scored at every K (besides one draft)
-SCHEMES = ("optimal", "spectr", "specinfer")
+REGIME_SCHEMES = ("optimal", "spectr", "specinfer")
 #: the trained draft's temperature: the one it was distilled at, the target's
 DRAFT_TEMPERATURE = 1.0
 #: a mean may exceed the optimum's by float rounding only
@@ -39,7 +40,7 @@ _TOLERANCE = 1e-9
 
 
 def _jobs(drafts) -> list[tuple[str, int]]:
-    return [("single", 1)] + [(scheme, k) for k in drafts for scheme in SCHEMES]
+    return [("single", 1)] + [(scheme, k) for k in drafts for scheme in REGIME_SCHEMES]
 
 
 def _acceptance(scheme: str, k: int, draft: np.ndarray, target: np.ndarray) -> list[float]:
@@ -49,7 +50,7 @@ def _acceptance(scheme: str, k: int, draft: np.ndarray, target: np.ndarray) -> l
     return [token_acceptance(scheme, draft=d, target=t, num_drafts=k) for d, t in zip(draft, target)]
 
 
-def run_trained_regime(pair, settings: PaperRunSettings | None = None, *, progress: bool = False) -> dict:
+def run_trained_draft_regime(pair, settings: PaperRunSettings | None = None, *, progress: bool = False) -> dict:
     """Token-level acceptance of ``pair``'s draft on the paper run's prompts and positions.
 
     Args:
@@ -68,7 +69,7 @@ def run_trained_regime(pair, settings: PaperRunSettings | None = None, *, progre
     """
     s = settings or PaperRunSettings()
     jobs, top = _jobs(s.drafts), max(s.drafts)
-    doc = {"schema": SCHEMA, "settings": {name: getattr(s, name) for name in (
+    doc = {"schema": REGIME_SCHEMA, "settings": {name: getattr(s, name) for name in (
                "datasets", "prompts", "positions", "drafts", "seed", "max_chars", "data_source",
                "target_temperature", "smoke_test")},
            "draft_temperature": DRAFT_TEMPERATURE, "prompts": {}, "table3": [], "gains": [], "check": None}
@@ -91,20 +92,21 @@ def run_trained_regime(pair, settings: PaperRunSettings | None = None, *, progre
                           for scheme, k in jobs]
         doc["gains"] += [{"dataset": dataset, "scheme": scheme, "from_K": min(s.drafts), "to_K": top,
                           **clustered_summary(np.subtract(values[scheme, top], values[scheme, min(s.drafts)]), groups)}
-                         for scheme in SCHEMES]
+                         for scheme in REGIME_SCHEMES]
     return doc
 
 
-def trained_regime(preset: str = "smollm2-distilled", settings: PaperRunSettings | None = None, *,
-                   out: str | Path | None = RESULTS_FILE, command: str = "", progress: bool = False) -> dict:
-    """Load the pair, run :func:`run_trained_regime`, add the provenance, write ``out`` (``None``: no file)."""
+def trained_draft_regime(preset: str = "smollm2-distilled", settings: PaperRunSettings | None = None, *,
+                         out: str | Path | None = REGIME_RESULTS_FILE, command: str = "",
+                         progress: bool = False) -> dict:
+    """Load the pair, run :func:`run_trained_draft_regime`, add the provenance, write ``out`` (``None``: no file)."""
     from mspec_lab.models import load_pair
 
     start, started = time.perf_counter(), now()
     code = code_version()
     pair = load_pair(preset)
     s = settings or PaperRunSettings()
-    doc = run_trained_regime(pair, s, progress=progress)
+    doc = run_trained_draft_regime(pair, s, progress=progress)
     doc = {"schema": doc.pop("schema"), "provenance": provenance(
         pair, command=command, code=code, started=started, start=start, data_source=s.data_source), **doc}
     if out is not None:
@@ -112,7 +114,7 @@ def trained_regime(preset: str = "smollm2-distilled", settings: PaperRunSettings
     return doc
 
 
-def check_trained_regime(doc: dict) -> list[str]:
+def check_trained_draft_regime(doc: dict) -> list[str]:
     """Every inconsistency of a results document: the optimum below another scheme, a gain that is
     not the difference of its two means, a standard error that is negative or missing (it may be
     missing with one prompt only)."""
@@ -129,9 +131,9 @@ def check_trained_regime(doc: dict) -> list[str]:
     return problems
 
 
-def load_trained_regime(path: str | Path | None = None) -> dict:
+def load_trained_draft_regime(path: str | Path | None = None) -> dict:
     """Read a results document (default: the committed run; without the repository, a copy
-    downloaded from the installed commit) and check it (:func:`check_trained_regime`).
+    downloaded from the installed commit) and check it (:func:`check_trained_draft_regime`).
 
     Raises:
         FileNotFoundError: no such file; the message says how to write one.
@@ -139,20 +141,20 @@ def load_trained_regime(path: str | Path | None = None) -> dict:
     """
     import json
 
-    path = Path(path) if path is not None else committed_file(RESULTS_FILE)
+    path = Path(path) if path is not None else committed_file(REGIME_RESULTS_FILE)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no results file; write one with "
-                                f"`python -m mspec_lab trained-regime --out {path}`")
+                                f"`python -m mspec_lab trained-draft-regime --out {path}`")
     doc = json.loads(path.read_text(encoding="utf-8"))
-    if doc.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: schema {doc.get('schema')!r}, expected {SCHEMA!r}: rerun the command")
-    problems = check_trained_regime(doc)
+    if doc.get("schema") != REGIME_SCHEMA:
+        raise ValueError(f"{path}: schema {doc.get('schema')!r}, expected {REGIME_SCHEMA!r}: rerun the command")
+    problems = check_trained_draft_regime(doc)
     if problems:
         raise ValueError(f"{path} is inconsistent:\n  " + "\n  ".join(problems))
     return doc
 
 
-def print_trained_regime(doc: dict) -> None:
+def print_trained_draft_regime(doc: dict) -> None:
     """The acceptance table (mean ± s.e. over positions, clustered by prompt) and the gains."""
     from mspec_lab.experiments.report import fmt, format_table, print_block
 
@@ -162,7 +164,7 @@ def print_trained_regime(doc: dict) -> None:
     for dataset in doc["settings"]["datasets"]:
         one = next(r for r in doc["table3"] if r["dataset"] == dataset and r["scheme"] == "single")
         rows.append([dataset, "one draft", fmt(one["mean"], one["se"], 3), *[""] * len(drafts)])
-        for scheme in SCHEMES:
+        for scheme in REGIME_SCHEMES:
             cells = [next(r for r in doc["table3"] if (r["dataset"], r["scheme"], r["K"]) == (dataset, scheme, k))
                      for k in drafts]
             gain = next(g for g in doc["gains"] if (g["dataset"], g["scheme"]) == (dataset, scheme))

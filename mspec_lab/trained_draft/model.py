@@ -1,4 +1,4 @@
-"""A small trained draft for SmolLM2-135M-Instruct: a shallow exit of the target, a trained
+"""The trained draft for SmolLM2-135M-Instruct: a shallow exit of the target, a trained
 adapter layer and an LM head over the most frequent tokens.
 
 The design follows Kangaroo (Liu et al., 2024: a shallow sub-network of the target plus a
@@ -16,8 +16,8 @@ are, in order:
 
 A draft step costs the shallow layers, the adapter and an ``M``-row head instead of 30 layers
 and a 49,152-row head. Only the adapter, the norm and the token list are stored
-(:func:`save_adapter`); :func:`distilled_draft` rebuilds the draft around a loaded target.
-Training: :mod:`mspec_lab.train_draft`.
+(:func:`save_adapter`); :func:`trained_draft_model` rebuilds the draft around a loaded target.
+Training: :mod:`mspec_lab.trained_draft.train`.
 """
 
 from __future__ import annotations
@@ -30,13 +30,15 @@ from torch import nn
 
 from mspec.lm.models import early_exit_model
 
-__all__ = ["DEFAULT_WEIGHTS", "FrequentTokenHead", "distilled_draft", "load_adapter", "save_adapter", "weight_share"]
+__all__ = ["DEFAULT_WEIGHTS", "FrequentTokenHead", "load_adapter", "save_adapter", "trained_draft_model",
+           "trained_parameters", "weight_share"]
 
-#: the committed weights of the ``"smollm2-distilled"`` preset (adapter, norm, token list) and
-#: their provenance: the folder ``weights/smollm2-distilled`` of the installed package
+#: the committed weights of the trained draft (adapter, norm, token list; preset
+#: ``"smollm2-distilled"``) and their provenance: the folder ``trained_draft/weights`` of the
+#: installed package
 #:
 #: :meta hide-value:
-DEFAULT_WEIGHTS = Path(__file__).resolve().parent / "weights" / "smollm2-distilled"
+DEFAULT_WEIGHTS = Path(__file__).resolve().parent / "weights"
 
 
 class FrequentTokenHead(nn.Module):
@@ -65,7 +67,7 @@ class FrequentTokenHead(nn.Module):
         return out
 
 
-def distilled_draft(target, *, exit_layers: int, token_ids: torch.Tensor, adapter_state: dict | None = None):
+def trained_draft_model(target, *, exit_layers: int, token_ids: torch.Tensor, adapter_state: dict | None = None):
     """The draft around ``target``: its first ``exit_layers`` layers, an adapter layer, a norm and
     a head over ``token_ids``.
 
@@ -137,7 +139,7 @@ def load_adapter(directory: str | Path | None = None) -> tuple[dict, torch.Tenso
 
     path = Path(DEFAULT_WEIGHTS if directory is None else directory) / "adapter.safetensors"
     if not path.is_file():
-        raise FileNotFoundError(f"no trained draft at {path}; train one with `python -m mspec_lab train-draft`")
+        raise FileNotFoundError(f"no trained draft at {path}; train one with `python -m mspec_lab trained-draft-train`")
     with safe_open(str(path), framework="pt") as f:
         exit_layers = int(f.metadata()["exit_layers"])
         tensors = {name: f.get_tensor(name) for name in f.keys()}

@@ -1,5 +1,7 @@
-"""The trained-draft pieces on a tiny random Llama (no download): the draft's structure, its
-head over frequent tokens, saving and loading, one distillation step, and decoding with it."""
+"""The trained draft (:mod:`mspec_lab.trained_draft.model` and its training,
+:mod:`mspec_lab.trained_draft.train`) on a tiny random Llama (no download): the draft's
+structure, its head over frequent tokens, saving and loading, one distillation step, and
+decoding with it; then the committed draft around the offline SmolLM2."""
 
 import copy
 
@@ -9,9 +11,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from mspec.lm.decoding import speculative_generate
 from mspec.lm.models import early_exit_model
-from mspec_lab import train_draft as td
-from mspec_lab.distilled_draft import FrequentTokenHead, distilled_draft, load_adapter, save_adapter, trained_parameters
 from mspec_lab.rounding import UNIT_ROUNDOFF, logit_tolerance
+from mspec_lab.trained_draft import train as td
+from mspec_lab.trained_draft.model import (FrequentTokenHead, load_adapter, save_adapter, trained_draft_model,
+                                           trained_parameters)
 
 # runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
 pytestmark = pytest.mark.model
@@ -31,7 +34,7 @@ def target():
 
 def test_with_every_token_and_the_next_layer_it_is_the_early_exit(target):
     ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(1))
-    draft = distilled_draft(target, exit_layers=2, token_ids=torch.arange(VOCAB))
+    draft = trained_draft_model(target, exit_layers=2, token_ids=torch.arange(VOCAB))
     early = early_exit_model(target, 3)
     with torch.no_grad():  # two float32 paths (a gathered head): within d (mspec_lab.rounding)
         torch.testing.assert_close(draft(input_ids=ids).logits, early(input_ids=ids).logits,
@@ -55,10 +58,10 @@ def test_the_head_proposes_only_its_tokens(target):
 
 
 def test_saved_weights_load_back(target, tmp_path):
-    draft = distilled_draft(target, exit_layers=1, token_ids=torch.tensor([0, 3, 4, 9]))
+    draft = trained_draft_model(target, exit_layers=1, token_ids=torch.tensor([0, 3, 4, 9]))
     save_adapter(draft, tmp_path, {"seed": 0})
     state, token_ids, exit_layers = load_adapter(tmp_path)
-    again = distilled_draft(target, exit_layers=exit_layers, token_ids=token_ids, adapter_state=state)
+    again = trained_draft_model(target, exit_layers=exit_layers, token_ids=token_ids, adapter_state=state)
     ids = torch.tensor([[3, 4, 9, 0]])
     rounded = copy.deepcopy(draft)  # the weights as float16 storage keeps them, in this process
     with torch.no_grad():
@@ -66,13 +69,13 @@ def test_saved_weights_load_back(target, tmp_path):
             p.copy_(p.to(torch.float16).to(p.dtype))
         assert torch.equal(again(input_ids=ids).logits, rounded(input_ids=ids).logits)
         assert not torch.equal(again(input_ids=ids).logits, draft(input_ids=ids).logits)
-    with pytest.raises(FileNotFoundError, match="train-draft"):
+    with pytest.raises(FileNotFoundError, match="trained-draft-train"):
         load_adapter(tmp_path / "missing")
 
 
 def test_bad_exit_layers_is_a_clear_error(target):
     with pytest.raises(ValueError, match="`exit_layers` must be an integer in 1..3"):
-        distilled_draft(target, exit_layers=4, token_ids=torch.arange(VOCAB))
+        trained_draft_model(target, exit_layers=4, token_ids=torch.arange(VOCAB))
 
 
 def test_samples_carry_the_targets_distributions(target):
@@ -128,7 +131,7 @@ def test_distillation_lowers_the_loss_and_keeps_the_target(target):
     s = samples[n]
     assert ids[n, : 4 + len(s.tokens) - 1].tolist() == s.prompt[-4:] + s.tokens[:-1]
     assert mask[n].nonzero()[0, 0] == 3 and torch.equal(top_ids[n, 3 : 3 + len(s.tokens)], s.top_ids)
-    draft = distilled_draft(target, exit_layers=1, token_ids=tokens)
+    draft = trained_draft_model(target, exit_layers=1, token_ids=tokens)
     settings = td.TrainSettings(exit_layers=1, epochs=6, batch=4, lr=1e-2)
     losses = td.train_adapter(draft, examples, settings, torch.Generator().manual_seed(0), log=lambda *_: None)
     assert losses[-1] < losses[0]
@@ -138,7 +141,7 @@ def test_distillation_lowers_the_loss_and_keeps_the_target(target):
 
 
 def test_decoding_with_the_draft_is_the_target_law_shape(target):
-    draft = distilled_draft(target, exit_layers=2, token_ids=torch.arange(0, VOCAB, 2))
+    draft = trained_draft_model(target, exit_layers=2, token_ids=torch.arange(0, VOCAB, 2))
     out = speculative_generate([3, 4], draft_model=draft, target_model=target, num_drafts=2, draft_length=3,
                                max_new_tokens=12, eos_token_id=False, generator=0)
     assert len(out.token_ids) == 12 and all(0 <= t < VOCAB for t in out.token_ids)
@@ -149,7 +152,7 @@ def test_the_command_needs_the_data(monkeypatch, capsys):
     from mspec_lab.data import DATA_DIR_ENV
 
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    assert main(["train-draft", "--epochs", "1"]) == 2
+    assert main(["trained-draft-train", "--epochs", "1"]) == 2
     assert "--data-dir" in capsys.readouterr().out
 
 
@@ -160,7 +163,7 @@ def test_the_committed_draft_loads_offline_and_decodes(monkeypatch):
     tokens, and decoding text with them."""
     import json
 
-    from mspec_lab.distilled_draft import DEFAULT_WEIGHTS
+    from mspec_lab.trained_draft.model import DEFAULT_WEIGHTS
     from mspec_lab.models import load_pair
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -229,27 +232,8 @@ def test_sequences_with_the_committed_draft_follow_the_target():
         assert (binned_chisquare(observed, expected) > 1e-3) == passes
 
 
-@pytest.mark.slow
-def test_the_speed_command_writes_its_results_file(tmp_path, capsys):
-    """``python -m mspec_lab draft-speed --quick`` on the committed draft: a smoke test that says
-    so, one row per (threads, K, L) with the results file's fields."""
-    from mspec_lab.bench.trained_draft import SETTING_FIELDS, load_trained_draft_results
-    from mspec_lab.cli import main
-
-    out = tmp_path / "trained_draft.json"
-    assert main(["draft-speed", "--quick", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert printed.lstrip().startswith("SMOKE TEST") and "speed-up (CPU)" in printed
-    doc = load_trained_draft_results(out)
-    assert doc["smoke_test"] is True and doc["command"].startswith("python -m mspec_lab draft-speed")
-    assert [(r["num_drafts"], r["draft_length"]) for r in doc["settings"]] == [(1, 2), (1, 3), (2, 2), (2, 3)]
-    for row in doc["settings"]:
-        assert set(SETTING_FIELDS) <= set(row) and len(row["acceptance_per_position"]) == row["draft_length"]
-        assert 1 <= row["block_efficiency"] <= row["draft_length"] + 1 and row["speedup"] > 0
-
-
 def test_the_trained_draft_refuses_a_cast_that_would_change_the_target(target):
-    draft = distilled_draft(target, exit_layers=2, token_ids=torch.tensor([0, 3, 4, 9]))
+    draft = trained_draft_model(target, exit_layers=2, token_ids=torch.tensor([0, 3, 4, 9]))
     with pytest.raises(ValueError, match="Cast or move the target instead"):
         draft.to(torch.bfloat16)
     assert {p.dtype for p in target.parameters()} == {torch.float32}

@@ -1,4 +1,4 @@
-"""The trained draft as chapter 9's second regime (:mod:`mspec_lab.experiments.trained_regime`):
+"""The trained draft as chapter 9's second regime (:mod:`mspec_lab.trained_draft.regime`):
 its values recomputed on the tiny pair, its checks catching a broken document, and the committed
 file on the paper run's very prompts and settings."""
 
@@ -7,11 +7,11 @@ import copy
 import numpy as np
 import pytest
 
-from mspec_lab.experiments import trained_regime as tr
 from mspec_lab.experiments.acceptance import token_acceptance
 from mspec_lab.experiments.inputs import load_dataset_prompts
 from mspec_lab.experiments.paper_run import PaperRunSettings, distributions_from_logits, prompt_logits, load_results
 from mspec_lab.models import load_pair
+from mspec_lab.trained_draft import regime as tr
 
 # runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
 pytestmark = pytest.mark.model
@@ -22,7 +22,7 @@ QUICK = PaperRunSettings.quick(data_source="builtin", datasets=("xsum", "dolly")
 @pytest.fixture(scope="module")
 def tiny_doc():
     pair = load_pair("tiny", device="cpu")
-    return pair, tr.run_trained_regime(pair, QUICK)
+    return pair, tr.run_trained_draft_regime(pair, QUICK)
 
 
 def test_values_are_the_exact_acceptances_of_the_pairs_positions(tiny_doc):
@@ -35,10 +35,10 @@ def test_values_are_the_exact_acceptances_of_the_pairs_positions(tiny_doc):
         expected = [token_acceptance(entry["scheme"], draft=d, target=t, num_drafts=entry["K"])
                     for d, t in zip(draft, target)][:QUICK.check_positions]
         assert entry["acceptance"] == pytest.approx(expected, abs=1e-12)
-    assert not tr.check_trained_regime(doc)
+    assert not tr.check_trained_draft_regime(doc)
     assert {(r["dataset"], r["scheme"], r["K"]) for r in doc["table3"]} == {
         (d, s, k) for d in QUICK.datasets for s, k in [("single", 1)] + [(s, k) for k in QUICK.drafts
-                                                                          for s in tr.SCHEMES]}
+                                                                          for s in tr.REGIME_SCHEMES]}
 
 
 def test_the_optimum_bounds_every_scheme_and_gains_are_paired_differences(tiny_doc):
@@ -68,11 +68,11 @@ def _negative_se(doc):
 def test_the_check_catches_a_broken_document(tiny_doc, damage, message):
     broken = copy.deepcopy(tiny_doc[1])
     damage(broken)
-    assert any(message in p for p in tr.check_trained_regime(broken))
+    assert any(message in p for p in tr.check_trained_draft_regime(broken))
 
 
 def test_the_committed_file_scores_the_paper_runs_positions():
-    doc, paper_run = tr.load_trained_regime(), load_results()
+    doc, paper_run = tr.load_trained_draft_regime(), load_results()
     assert not doc["settings"]["smoke_test"] and doc["provenance"]["preset"] == "smollm2-distilled"
     assert doc["provenance"]["label"] == "SmolLM2-135M, trained small draft"
     assert doc["prompts"] == paper_run["prompts"]  # the same prompts, so the same continuations and q
@@ -85,8 +85,8 @@ def test_the_committed_file_scores_the_paper_runs_positions():
 
 
 def test_a_missing_file_says_how_to_write_one(tmp_path):
-    with pytest.raises(FileNotFoundError, match="trained-regime --out"):
-        tr.load_trained_regime(tmp_path / "none.json")
+    with pytest.raises(FileNotFoundError, match="trained-draft-regime --out"):
+        tr.load_trained_draft_regime(tmp_path / "none.json")
 
 
 @pytest.mark.slow
@@ -94,12 +94,12 @@ def test_the_command_writes_a_smoke_test_file(tmp_path, capsys):
     from mspec_lab.cli import main
 
     out = tmp_path / "trained_regime.json"
-    argv = ["trained-regime", "--quick", "--data-source", "builtin", "--datasets", "xsum", "--prompts", "1",
+    argv = ["trained-draft-regime", "--quick", "--data-source", "builtin", "--datasets", "xsum", "--prompts", "1",
             "--positions", "3", "--threads", "1", "--out", str(out)]
     assert main(argv) == 0
-    doc = tr.load_trained_regime(out)
+    doc = tr.load_trained_draft_regime(out)
     assert doc["settings"]["smoke_test"] and doc["provenance"]["preset"] == "smollm2-distilled"
     assert doc["provenance"]["label"] == "SmolLM2-135M, trained small draft"
-    assert doc["provenance"]["command"] == "python -m mspec_lab trained-regime " + " ".join(argv[1:])
+    assert doc["provenance"]["command"] == "python -m mspec_lab trained-draft-regime " + " ".join(argv[1:])
     printed = capsys.readouterr().out
     assert "SMOKE TEST" in printed and "gain K=2->8" in printed

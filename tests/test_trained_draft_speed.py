@@ -1,13 +1,14 @@
-"""The trained-draft benchmark's arithmetic on hand-made generations (no model): acceptance per
-position, block efficiency, the speed-up and its standard error, the settings' checks."""
+"""The trained draft's speed benchmark (:mod:`mspec_lab.trained_draft.speed`): its arithmetic on
+hand-made generations (no model): acceptance per position, block efficiency, the speed-up and its
+standard error, the settings' checks; and the command on the committed draft (slow)."""
 
 import math
 
 import pytest
 
 from mspec.lm.result import GenerationResult, RoundRecord
-from mspec_lab.bench import trained_draft as tdb
 from mspec_lab.experiments.results import ratio_se
+from mspec_lab.trained_draft import speed as tdb
 
 
 def run(rounds, tokens, seconds, prefill=0.5, k=1, length=3):
@@ -32,11 +33,11 @@ def test_acceptance_per_position_counts_rounds_that_reached_it():
 
 
 def test_summary_speedup_is_the_ratio_of_token_rates_on_the_same_prompts():
-    s = tdb.TrainedDraftSettings(prompts=2, drafts_k=(1,), draft_lengths=(3,), threads=(1,))
+    s = tdb.TrainedDraftSpeedSettings(prompts=2, drafts_k=(1,), draft_lengths=(3,), threads=(1,))
     plain = [[run([rnd(0, [])] * 10, 10, 1.0), run([rnd(0, [])] * 10, 10, 1.0)],  # 10 tokens/s
              [run([rnd(0, [])] * 10, 10, 2.0), run([rnd(0, [])] * 10, 10, 1.0 / 0.3)]]  # mean 4 tokens/s
     spec = [run([rnd(3, [1, 1, 1])] * 3, 12, 1.0), run([rnd(1, [1, 1])] * 4, 8, 1.0)]  # 12 and 8 tokens/s
-    result = tdb.summarize({1: {"plain": plain, (1, 3): spec}}, s, draft_share=0.1)
+    result = tdb.summarize_speed({1: {"plain": plain, (1, 3): spec}}, s, draft_share=0.1)
     row, = result["settings"]
     assert row["speedup"] == pytest.approx((12 + 8) / (10 + 4))
     assert row["speedup_se"] == pytest.approx(ratio_se([12, 8], [10, 4])[1])
@@ -62,9 +63,28 @@ def test_summary_speedup_is_the_ratio_of_token_rates_on_the_same_prompts():
 ])
 def test_bad_settings_are_clear_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        tdb.TrainedDraftSettings(**kwargs)
+        tdb.TrainedDraftSpeedSettings(**kwargs)
 
 
 def test_quick_settings_are_a_smoke_test():
-    q = tdb.TrainedDraftSettings.quick(seed=3)
+    q = tdb.TrainedDraftSpeedSettings.quick(seed=3)
     assert q.smoke_test and q.seed == 3 and q.prompts == 1 and not math.isnan(q.max_new_tokens)
+
+
+@pytest.mark.slow
+@pytest.mark.model  # runs the offline SmolLM2 and the trained draft
+def test_the_speed_command_writes_its_results_file(tmp_path, capsys):
+    """``python -m mspec_lab trained-draft-speed --quick`` on the committed draft: a smoke test
+    that says so, one row per (threads, K, L) with the results file's fields."""
+    from mspec_lab.cli import main
+
+    out = tmp_path / "trained_draft.json"
+    assert main(["trained-draft-speed", "--quick", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.lstrip().startswith("SMOKE TEST") and "speed-up (CPU)" in printed
+    doc = tdb.load_trained_draft_speed(out)
+    assert doc["smoke_test"] is True and doc["command"].startswith("python -m mspec_lab trained-draft-speed")
+    assert [(r["num_drafts"], r["draft_length"]) for r in doc["settings"]] == [(1, 2), (1, 3), (2, 2), (2, 3)]
+    for row in doc["settings"]:
+        assert set(tdb.SETTING_FIELDS) <= set(row) and len(row["acceptance_per_position"]) == row["draft_length"]
+        assert 1 <= row["block_efficiency"] <= row["draft_length"] + 1 and row["speedup"] > 0

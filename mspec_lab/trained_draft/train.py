@@ -1,7 +1,8 @@
-"""Train the ``"smollm2-distilled"`` draft (:mod:`mspec_lab.distilled_draft`) by distillation on
-the target's own samples (on-policy, as DistillSpec recommends: Zhou et al., 2024).
+"""How the trained draft (:mod:`mspec_lab.trained_draft.model`, preset ``"smollm2-distilled"``)
+is trained: by distillation on the target's own samples (on-policy, as DistillSpec recommends:
+Zhou et al., 2024).
 
-``python -m mspec_lab train-draft`` runs, seeded, on the CPU:
+``python -m mspec_lab trained-draft-train`` runs, seeded, on the CPU:
 
 1. **Prompts.** The benchmarks' prompt templates over the local samples of the three datasets
    (``$MSPEC_DATA_DIR``): every example but the first :data:`HELD_OUT` of each file, whose
@@ -33,7 +34,7 @@ import numpy as np
 import torch
 
 __all__ = ["HELD_OUT", "HELD_OUT_SEED", "TOP", "Sample", "TrainSettings", "distillation_loss", "frequent_tokens",
-           "held_out_acceptance", "prompt_ids", "sample_continuations", "train_adapter", "train_draft",
+           "held_out_acceptance", "prompt_ids", "sample_continuations", "train_adapter", "train_trained_draft",
            "training_examples"]
 
 #: the first examples of each dataset file, held out (the benchmarks' and the book's prompts)
@@ -174,7 +175,7 @@ def distillation_loss(draft, ids, top_ids, top_logps, mask, position: torch.Tens
 def train_adapter(draft, examples, settings: TrainSettings, gen: torch.Generator, log=print) -> list[float]:
     """AdamW on the draft's own parameters for ``settings.epochs`` passes over ``examples``
     (:func:`training_examples`); the mean loss of each pass."""
-    from mspec_lab.distilled_draft import trained_parameters
+    from mspec_lab.trained_draft.model import trained_parameters
 
     ids, top_ids, top_logps, mask = examples
     params = list(trained_parameters(draft).values())
@@ -235,10 +236,10 @@ def data_note() -> str:
             "target at temperature 1")
 
 
-def train_draft(target, tokenizer, settings: TrainSettings, data_dir, log=print):
+def train_trained_draft(target, tokenizer, settings: TrainSettings, data_dir, log=print):
     """Steps 1-5 of the module docstring. Returns ``(draft, report)``: the trained draft and a
     dict of what was done and measured (data, losses, held-out acceptance per dataset, seconds)."""
-    from mspec_lab.distilled_draft import distilled_draft
+    from mspec_lab.trained_draft.model import trained_draft_model
 
     start = time.perf_counter()
     torch.set_num_threads(settings.threads)
@@ -256,7 +257,7 @@ def train_draft(target, tokenizer, settings: TrainSettings, data_dir, log=print)
     last = target.config.num_hidden_layers - 1  # the adapter starts as the target's last layer
     state = {f"adapter.{k}": v.clone() for k, v in target.model.layers[last].state_dict().items()}
     state.update({f"norm.{k}": v.clone() for k, v in target.model.norm.state_dict().items()})
-    draft = distilled_draft(target, exit_layers=settings.exit_layers, token_ids=token_ids, adapter_state=state)
+    draft = trained_draft_model(target, exit_layers=settings.exit_layers, token_ids=token_ids, adapter_state=state)
     losses = train_adapter(draft, training_examples(samples, settings.context, eos), settings, gen, log)
     train_seconds = time.perf_counter() - start - sample_seconds
     held, held_gen = {}, torch.Generator().manual_seed(HELD_OUT_SEED)
