@@ -198,7 +198,7 @@ def _common_arguments(parser, *, datasets: bool = True) -> None:
                         help="where prompts come from (default: auto)")
     parser.add_argument("--max-chars", type=int, default=None,
                         help=_quick_help("XSum documents are cut to this many characters", d.max_chars,
-                                         acc.QUICK["max_chars"]))
+                                         acc.AcceptanceSettings.QUICK["max_chars"]))
     parser.add_argument("--seed", type=int, default=None, help=f"base seed of all randomness (default {d.seed})")
     parser.add_argument("--max-rows", type=int, default=None,
                         help="stop after computing this many new rows (rerun to resume)")
@@ -212,7 +212,7 @@ COMMON_DESTS = {**{name: name for name in ("datasets", "draft_temperature", "tar
 
 
 def _acceptance_arguments(parser) -> None:
-    d, q = acc.AcceptanceSettings, acc.QUICK
+    d, q = acc.AcceptanceSettings, acc.AcceptanceSettings.QUICK
     group = parser.add_argument_group("token-level acceptance (Table 3)")
     group.add_argument("--acc-prompts", type=int, default=None, help=_quick_help("prompts per dataset", d.prompts,
                                                                                  q["prompts"]))
@@ -232,7 +232,7 @@ ACCEPTANCE_DESTS = {**COMMON_DESTS, "prompts": "acc_prompts", "drafts": "acc_dra
 
 
 def _decoding_arguments(parser) -> None:
-    d, q = dec.DecodingSettings, dec.QUICK
+    d, q = dec.DecodingSettings, dec.DecodingSettings.QUICK
     group = parser.add_argument_group("live decoding (Tables 1, 2, 4-6, Figures 3, 4)")
     group.add_argument("--only", nargs="+", choices=dec.EXPERIMENTS, default=None,
                        help="experiments to run (default: all)")
@@ -262,7 +262,7 @@ DECODING_DESTS = {**COMMON_DESTS, "experiments": "only", "main_dataset": "main_d
 
 
 def _rounds_arguments(parser) -> None:
-    d, q = rounds.RoundsSettings, rounds.QUICK
+    d, q = rounds.RoundsSettings, rounds.RoundsSettings.QUICK
     _common_arguments(parser, datasets=False)
     group = parser.add_argument_group("paired block efficiency")
     group.add_argument("--main-dataset", default=None, choices=DATASETS,
@@ -275,7 +275,7 @@ def _rounds_arguments(parser) -> None:
     group.add_argument("--drafts-k", type=int, nargs="+", default=None, help=f"K values (default {_words(d.drafts_k)})")
     group.add_argument("--reference", default=None, choices=paper.COMPARED_SCHEMES,
                        help=f"scheme that drives the reference generations (default {d.reference})")
-    group.add_argument("--variants", nargs="*", default=None, choices=list(rounds.VARIANTS),
+    group.add_argument("--variants", nargs="*", default=None, choices=list(rounds.SCHEME_VARIANTS),
                        help=f"variants scored besides the compared schemes (default {_words(d.variants)}; "
                             "the option alone: none)")
 
@@ -390,7 +390,7 @@ def _int_options(parser, defaults, quick: dict, options) -> None:
 def _paper_run_arguments(parser) -> None:
     from mspec_lab.experiments import paper_run as pr
 
-    d, q = pr.PaperRunSettings, pr.QUICK
+    d, q = pr.PaperRunSettings, pr.PaperRunSettings.QUICK
     _results_file_arguments(parser, "paper_run.json", f"the default regime's draft temperature "
                                                       f"(default {d.draft_temperature})", d.seed)
     parser.add_argument("--work", default=f"{DEFAULT_OUT}/paper-run",
@@ -517,7 +517,7 @@ def _trained_draft_regime_arguments(parser) -> None:
     from mspec_lab.experiments import paper_run as pr
     from mspec_lab.trained_draft.regime import REGIME_RESULTS_FILE
 
-    d, q = pr.PaperRunSettings, pr.QUICK
+    d, q = pr.PaperRunSettings, pr.PaperRunSettings.QUICK
     _run_options(parser)
     _int_options(parser, d, q, (("--prompts", "prompts", "prompts per dataset"),
                                 ("--positions", "positions", "positions per prompt")))

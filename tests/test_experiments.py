@@ -310,7 +310,7 @@ def test_acceptance_in_memory(tiny_pair, tmp_path, monkeypatch):
     assert all(v.shape == (positions,) for v in values.values())
     for k in settings.drafts:
         assert np.all(values["dolly", "optimal", k] >= values["dolly", "is-ratio", k] - 1e-9)
-    stats = acceptance.summarize(run)
+    stats = acceptance.summarize_acceptance(run)
     assert stats["dolly"]["optimal"][2]["mean"] == pytest.approx(values["dolly", "optimal", 2].mean())
     assert [(d, k) for d, k, _, _ in acceptance.check_ordering(stats, settings.drafts)] == [("dolly", 2), ("dolly", 4)]
     with pytest.raises(StopSweep):
@@ -325,7 +325,7 @@ def test_decoding_and_rounds_in_memory(tiny_pair, capsys):
     settings = DecodingSettings.quick(experiments="drafts", max_new_tokens=6, drafts_k=(2,))
     run = live_decoding.run_decoding(tiny_pair, settings)
     assert list(run.rows) == ["drafts"] and len(run.rows["drafts"]) == 2 + len(paper.COMPARED_SCHEMES)
-    stats = live_decoding.summarize(run)
+    stats = live_decoding.summarize_decoding(run)
     assert stats["drafts"][live_decoding.AUTOREGRESSIVE]["block_efficiency"]["mean"] == 1.0
     print_table1(stats["drafts"], settings)
     assert "Table 1: block efficiency vs K, dolly" in capsys.readouterr().out
@@ -338,7 +338,7 @@ def test_decoding_and_rounds_in_memory(tiny_pair, capsys):
     assert len({len(v) for v in by.values()}) == 1  # the same rounds for every method
     assert all(1.0 <= x <= 4.0 for v in by.values() for x in v)
     assert all(np.shape(r["control"]) == (len(r["per_round"]), 3) for r in rounds_run.rows)  # L = 3 per round
-    assert set(paired_schemes.summarize(rounds_run)["optimal_minus"]) == {
+    assert set(paired_schemes.summarize_rounds(rounds_run)["optimal_minus"]) == {
         f"{s} K=2" for s in paired_schemes.ROUND_SCHEMES if s != "optimal"}
 
 
@@ -620,12 +620,12 @@ COMMAND_NAMES = ("python -m mspec_lab", "python -m mspec.bench")
 
 def test_committed_results_are_consistent():
     """The committed run: the documented command on the offline default, whole and consistent."""
-    from mspec_lab.experiments.paper_run import DEFAULT_RESULTS, PaperRunSettings, default_results_path, load_results
+    from mspec_lab.experiments.paper_run import PAPER_RUN_RESULTS, PaperRunSettings, default_results_path, load_results
 
     path = default_results_path()
-    assert path == ROOT / DEFAULT_RESULTS and path.is_file(), "run: python -m mspec_lab paper-run (see README)"
+    assert path == ROOT / PAPER_RUN_RESULTS and path.is_file(), "run: python -m mspec_lab paper-run (see README)"
     ignored = subprocess.run(["git", "check-ignore", "-q", str(path)], cwd=ROOT, check=False)
-    assert ignored.returncode == 1, f"{DEFAULT_RESULTS} is gitignored: it must be committed"
+    assert ignored.returncode == 1, f"{PAPER_RUN_RESULTS} is gitignored: it must be committed"
     doc = load_results()  # raises on any inconsistency (check_results)
     prov = doc["provenance"]
     assert prov["preset"] == "smollm2" and "SmolLM2-135M" in prov["model_pair"]

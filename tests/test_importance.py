@@ -305,3 +305,14 @@ def test_registry_numpy_integers_and_large_sizes_clipped():
                                    s=np.int64(2), alphabet=np.int32(4))
     assert (rule.s, rule.alphabet) == (2, 4) and len(rule.stages) == 2
     assert ImportanceSampling(draft=[0.3, 0.7], target=[0.5, 0.5], num_drafts=1).acceptance() == pytest.approx(0.8)
+
+
+def test_the_former_names_say_the_new_ones():
+    """``"is-paper"`` and ``PaperImportanceSampling`` were the paper's scheme: they now raise,
+    naming ``"is"`` / ``ImportanceSampling`` and our variant's names."""
+    with pytest.raises(ValueError, match="'is-paper' is now called 'is'.*'is-ratio'"):
+        mspec.make_scheme("is-paper", draft=[0.5, 0.5], target=[0.9, 0.1], num_drafts=2)
+    with pytest.raises(AttributeError, match="now mspec.ImportanceSampling.*RatioImportanceSampling"):
+        mspec.PaperImportanceSampling  # noqa: B018
+    assert mspec.SCHEMES["is"] is mspec.ImportanceSampling and mspec.ImportanceSampling.__module__ == \
+        "mspec.schemes.importance"

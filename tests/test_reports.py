@@ -123,7 +123,7 @@ def crafted_run(settings: RoundsSettings, generations: int, gap: float, rng) -> 
     rows = []
     for g in range(generations):
         shared = 2.0 + 0.3 * rng.standard_normal(6)
-        for method, k in paired_schemes.methods(settings.drafts_k, settings.variants):
+        for method, k in paired_schemes.scheme_methods(settings.drafts_k, settings.variants):
             own = shared + (gap if method == "optimal" else 0.0) + 0.02 * rng.standard_normal(6)
             rows.append({"method": method, "num_drafts": k, "prompt": f"p{g}", "seed": 0,
                          "per_round": own.tolist(), "control": np.zeros((6, L)).tolist()})

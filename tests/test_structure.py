@@ -253,6 +253,34 @@ def test_the_paper_stands_alone_in_schemes():
     assert {"mspec.fast.spectr_newton", "mspec.schemes.importance"} <= set(graph["mspec.registry"])
 
 
+#: public names two modules may both define: the command-line entry points (``python -m``)
+SHARED_NAMES = {"main"}
+
+
+def public_definitions(path: Path) -> list[str]:
+    """The public names a module defines at its top level (functions, classes, constants)."""
+    names = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+    return [n for n in names if not n.startswith("_")]
+
+
+def test_one_meaning_per_name():
+    """No two modules of the library and the workshop define the same public name: a name
+    found in the docs or a traceback opens one file."""
+    homes: dict[str, list[str]] = {}
+    for path in package_modules().values():
+        for name in public_definitions(path):
+            homes.setdefault(name, []).append(_rel(path))
+    shared = {name: paths for name, paths in homes.items() if len(paths) > 1 and name not in SHARED_NAMES}
+    assert not shared, f"public names defined in more than one module (rename one): {shared}"
+
+
 # --- function length ------------------------------------------------------------------------
 
 def long_functions(path: Path) -> list[str]:

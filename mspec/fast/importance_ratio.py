@@ -2,8 +2,9 @@
 
 The scheme as the paper publishes it (Section 4, Algorithm 1) is
 :mod:`mspec.schemes.importance` (``"is"``), whose pieces this module uses (the ranking by
-``sigma``, the truncated LP as a maximum flow, the pairwise stages); this module keeps the paper's ranking and truncated LP but deviates in the fixed rule, the
-alphabet and the later stages (marked below).
+``sigma``, the truncated LP as a maximum flow, the pairwise stages); this module keeps the
+paper's ranking and truncated LP but deviates in the fixed rule, the alphabet and the later
+stages (marked below).
 
 This is the canonical decomposition (:mod:`mspec.schemes.canonical`) with selection weights
 that are cheap to find at LLM vocabulary sizes. For two drafts ``X_1 ~ p_1``, ``X_2 ~ p_2``

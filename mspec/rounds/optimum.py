@@ -51,7 +51,7 @@ from mspec.schemes.lp import HIGHS_ATTEMPTS, LPSolveError, run_highs
 
 #: the linear program is refused above this many variables (about (V^L)^K blocks times the
 #: strings each can emit): it is meant for tiny models, where it is exact
-MAX_LP_VARIABLES = 400_000
+MAX_ROUND_LP_VARIABLES = 400_000
 #: the round optimum's constraints hold to this after the solve (HiGHS' tolerances), else an error
 LP_FEASIBILITY_TOLERANCE = 1e-9
 
@@ -136,7 +136,7 @@ def round_optimum(draft_lm: LanguageModel, target_lm: LanguageModel, *, vocab: i
         :class:`RoundOptimum`.
 
     Raises:
-        ValueError: the program would exceed :data:`MAX_LP_VARIABLES` (pass smaller V, K or
+        ValueError: the program would exceed :data:`MAX_ROUND_LP_VARIABLES` (pass smaller V, K or
             L), or an argument is not a positive integer.
         RuntimeError: the solver failed, or its plan breaks a constraint by more than
             :data:`LP_FEASIBILITY_TOLERANCE`.
@@ -146,10 +146,10 @@ def round_optimum(draft_lm: LanguageModel, target_lm: LanguageModel, *, vocab: i
             raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
     blocks = list(itertools.product(range(vocab), repeat=draft_length))
     tuples = list(itertools.product(range(len(blocks)), repeat=num_drafts))
-    if len(tuples) * (num_drafts * draft_length + 1) * vocab > MAX_LP_VARIABLES:
+    if len(tuples) * (num_drafts * draft_length + 1) * vocab > MAX_ROUND_LP_VARIABLES:
         raise ValueError(
             f"the round LP for V = {vocab}, K = {num_drafts}, L = {draft_length} has over "
-            f"{MAX_LP_VARIABLES} variables; it is exact for tiny models only: lower V, K or L")
+            f"{MAX_ROUND_LP_VARIABLES} variables; it is exact for tiny models only: lower V, K or L")
     strings = _strings(vocab, draft_length + 1)
     index = {w: i for i, w in enumerate(strings)}
     block_prob = np.array([_block_probability(draft_lm, context, b) for b in blocks])

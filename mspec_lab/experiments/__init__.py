@@ -2,7 +2,7 @@
 
 Each experiment takes a model pair (:func:`mspec_lab.models.load_pair`) and a small settings
 dataclass whose defaults are the full run (``Settings.quick()``: minutes on a CPU), and
-returns its rows; ``summarize`` turns them into statistics and ``report_*`` prints them next
+returns its rows; ``summarize_acceptance`` turns them into statistics and ``report_*`` prints them next
 to the paper's numbers. Without an output folder the rows stay in memory (what the book's
 notebooks do); with one (``out=``, what ``python -m mspec_lab <command>`` passes) every
 row is appended to a CSV file as soon as it is computed, and a rerun resumes.
@@ -34,11 +34,11 @@ row is appended to a CSV file as soon as it is computed, and a rerun resumes.
 
 Example (a notebook)::
 
-    from mspec_lab.experiments.acceptance import AcceptanceSettings, run_acceptance, summarize
+    from mspec_lab.experiments.acceptance import AcceptanceSettings, run_acceptance, summarize_acceptance
     from mspec_lab.models import load_pair
 
     run = run_acceptance(load_pair("smollm2"), AcceptanceSettings.quick(datasets=("dolly",)))
-    stats = summarize(run)       # dataset -> scheme -> K -> mean, s.e., n
+    stats = summarize_acceptance(run)       # dataset -> scheme -> K -> mean, s.e., n
 
 Nothing is imported here, so ``import mspec_lab.experiments.paper`` stays light.
 """

@@ -20,7 +20,7 @@ optimal >= IS >= SpecTr, SpecInfer.
 In a notebook (rows kept in memory)::
 
     run = run_acceptance(pair, AcceptanceSettings.quick(datasets=("dolly",)))
-    print_table3(summarize(run), run)
+    print_table3(summarize_acceptance(run), run)
 
 On the command line, ``python -m mspec_lab acceptance`` runs the same with
 ``out="bench-results"``: one CSV row per position, scheme and K in ``acceptance.csv``,
@@ -47,12 +47,10 @@ from mspec_lab.experiments.results import ResultTable, RowBudget, mean_se
 
 __all__ = ["AcceptanceRun", "AcceptanceSettings", "TABLE3_ROWS", "check_ordering", "collect_distributions",
            "collect_logits", "FileCheck", "check_against_file",
-           "print_table3", "report_acceptance", "run_acceptance", "summarize", "token_acceptance"]
+           "print_table3", "report_acceptance", "run_acceptance", "summarize_acceptance", "token_acceptance"]
 
 #: rows of our Table 3, in print order: the compared schemes, then one draft for reference
 TABLE3_ROWS = (*paper.COMPARED_SCHEMES, "single")
-#: how the settings differ under ``--quick`` (minutes on a CPU)
-QUICK = {"prompts": 2, "positions": 12, "max_chars": 400}
 #: two means count as ordered when they differ by less than this in the wrong direction
 #: (float rounding of equal acceptances)
 ORDER_TOLERANCE = 1e-12
@@ -88,7 +86,8 @@ class AcceptanceSettings(SharedSettings):
     continuation: str = "sampled"
     is_s: int = 5
     is_alphabet: int = 40
-    QUICK: ClassVar[dict] = QUICK
+    #: how the settings differ under ``--quick`` (minutes on a CPU)
+    QUICK: ClassVar[dict] = {"prompts": 2, "positions": 12, "max_chars": 400}
 
     def __post_init__(self):
         object.__setattr__(self, "datasets", checked_choices("datasets", self.datasets, DATASETS))
@@ -380,7 +379,7 @@ def _reference_ids(pair, prompt) -> list[int]:
 
 
 # -- statistics ----------------------------------------------------------------------------------
-def summarize(run: AcceptanceRun) -> dict:
+def summarize_acceptance(run: AcceptanceRun) -> dict:
     """dataset -> scheme -> K -> ``{"mean", "se", "n", "time_ms"}`` (mean ± s.e. over positions)."""
     stats = {}
     for dataset, rows in run.rows.items():
@@ -438,9 +437,9 @@ def report_acceptance(run: AcceptanceRun, out: str | Path | None = None) -> dict
     ``out``, write ``acceptance.json`` and ``acceptance.html`` there.
 
     Returns:
-        ``{"stats": summarize(run), "goal_c": check_ordering(...)}``.
+        ``{"stats": summarize_acceptance(run), "goal_c": check_ordering(...)}``.
     """
-    stats, smoke = summarize(run), run.settings.smoke_test
+    stats, smoke = summarize_acceptance(run), run.settings.smoke_test
     drafts = run.settings.drafts
     print_smoke_banner(smoke)
     print(f"\nModel pair: {run.pair}")
@@ -472,7 +471,7 @@ def report_acceptance(run: AcceptanceRun, out: str | Path | None = None) -> dict
 
 
 #: bar colours of :func:`figure`, in the order of :data:`TABLE3_ROWS`
-COLORS = ("#222222", "#d62728", "#1f77b4", "#2ca02c", "#999999")
+TABLE3_COLORS = ("#222222", "#d62728", "#1f77b4", "#2ca02c", "#999999")
 
 
 def figure(stats: dict, drafts, label: str):
@@ -482,7 +481,7 @@ def figure(stats: dict, drafts, label: str):
 
     fig = make_subplots(rows=1, cols=len(stats), subplot_titles=list(stats), shared_yaxes=True)
     for col, (dataset, by_scheme) in enumerate(stats.items(), start=1):
-        for scheme, color in zip(TABLE3_ROWS, COLORS):
+        for scheme, color in zip(TABLE3_ROWS, TABLE3_COLORS):
             ks = [1 if scheme == "single" else k for k in drafts]
             fig.add_trace(go.Bar(
                 name=scheme, x=[f"K={k}" for k in drafts], y=[by_scheme[scheme][k]["mean"] for k in ks],

@@ -12,11 +12,11 @@ import hashlib
 from dataclasses import dataclass
 from typing import ClassVar
 
+from mspec_lab.data import DATASETS
+
 __all__ = ["DATASETS", "DATA_SOURCES", "DEFAULT_DRAFT_TEMPERATURE", "Prompt", "checked_choices",
            "derived_seed", "load_dataset_prompts", "with_progress"]
 
-#: the paper's datasets (:mod:`mspec_lab.data`)
-DATASETS = ("xsum", "dolly", "wmt")
 #: where prompts come from (:func:`mspec_lab.data.load_prompts`' ``source``)
 DATA_SOURCES = ("auto", "local", "hub", "builtin")
 #: draft temperature where an experiment sweeps none. The offline default pair drafts with

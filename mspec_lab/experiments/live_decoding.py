@@ -14,14 +14,14 @@ baselines). The experiments (:data:`EXPERIMENTS`; ``DecodingSettings.experiments
 * ``topk`` (Table 4): top-k sampling for draft and target, K = 2, 3;
 * ``truncation`` (Table 2): IS with alphabet 10/20/40/50 (s = 5) and s = 5/10/15 (alphabet 40).
 
-:func:`summarize` gives mean ± standard error over (prompt, seed) generations of the block
+:func:`summarize_decoding` gives mean ± standard error over (prompt, seed) generations of the block
 efficiency (tokens per target call), of the token-rate improvement over single-draft
 decoding (paired by prompt and seed) and of the quality metric, and where the time of a
 round goes (draft, target, selection, cache). :mod:`mspec_lab.experiments.live_decoding_report`
 prints the tables next to the paper's and checks the goals. In a notebook::
 
     run = run_decoding(pair, DecodingSettings.quick(experiments=("drafts",)))
-    stats = summarize(run)
+    stats = summarize_decoding(run)
 
 On the command line: ``python -m mspec_lab decoding`` (rows in ``decoding.csv``).
 """
@@ -42,7 +42,7 @@ from mspec_lab.experiments.report import pair_label
 from mspec_lab.experiments.results import ResultTable, RowBudget, mean_se, ratio_se
 
 __all__ = ["AUTOREGRESSIVE", "DecodingRun", "DecodingSettings", "EXPERIMENTS", "NONIDENTICAL_SCHEMES",
-           "generate_row", "run_decoding", "summarize"]
+           "generate_row", "run_decoding", "summarize_decoding"]
 
 EXPERIMENTS = ("drafts", "temperature", "nonidentical", "topk", "truncation")
 #: the compared schemes that accept non-identical drafts (Figure 4)
@@ -50,13 +50,10 @@ NONIDENTICAL_SCHEMES = ("is", "is-ratio", "specinfer")
 AUTOREGRESSIVE = "autoregressive"
 #: Table 2 varies the IS alphabet at this LP size s, and s at this alphabet (the paper's setting)
 TRUNCATION_S, TRUNCATION_ALPHABET = 5, 40
-#: how the settings differ under ``--quick`` (minutes on a CPU)
-QUICK = {"prompts": 1, "seeds": 1, "max_new_tokens": 16, "max_chars": 400, "drafts_k": (2, 4),
-         "temperatures": (1.2, 2.0), "top_k": (10,), "topk_drafts": (2,), "alphabets": (10, 40), "lp_sizes": (5, 15)}
 
-CONFIG_FIELDS = ["preset", "dataset", "prompt", "seed", "method", "num_drafts", "draft_length",
+DECODING_CONFIG_FIELDS = ["preset", "dataset", "prompt", "seed", "method", "num_drafts", "draft_length",
                  "draft_temperatures", "target_temperature", "top_k", "params", "max_new_tokens"]
-VALUE_FIELDS = ["tokens", "target_calls", "block_efficiency", "decode_s", "tokens_per_s", "draft_s",
+DECODING_VALUE_FIELDS = ["tokens", "target_calls", "block_efficiency", "decode_s", "tokens_per_s", "draft_s",
                 "target_s", "selection_s", "cache_s", "alive", "reached", "metric", "quality", "text"]
 
 
@@ -96,7 +93,10 @@ class DecodingSettings(SharedSettings):
     topk_drafts: tuple[int, ...] = (2, 3)
     alphabets: tuple[int, ...] = (10, 20, 40, 50)
     lp_sizes: tuple[int, ...] = (5, 10, 15)
-    QUICK: ClassVar[dict] = QUICK
+    #: how the settings differ under ``--quick`` (minutes on a CPU)
+    QUICK: ClassVar[dict] = {"prompts": 1, "seeds": 1, "max_new_tokens": 16, "max_chars": 400, "drafts_k": (2, 4),
+                             "temperatures": (1.2, 2.0), "top_k": (10,), "topk_drafts": (2,),
+                             "alphabets": (10, 40), "lp_sizes": (5, 15)}
 
     def __post_init__(self):
         object.__setattr__(self, "experiments", checked_choices("experiments", self.experiments, EXPERIMENTS))
@@ -118,8 +118,8 @@ class DecodingRun:
         preset: the model pair's preset name (in every row key).
         pair: the pair's description; ``label``: its short name at the draft temperature;
             ``swept_label``: without a temperature (for tables that sweep it).
-        rows: experiment -> its rows (config fields of :data:`CONFIG_FIELDS` and values of
-            :data:`VALUE_FIELDS`); experiments may share rows.
+        rows: experiment -> its rows (config fields of :data:`DECODING_CONFIG_FIELDS` and values of
+            :data:`DECODING_VALUE_FIELDS`); experiments may share rows.
     """
 
     settings: DecodingSettings
@@ -282,7 +282,7 @@ def _truncation_variants(s: DecodingSettings) -> list:
 
 
 #: experiment -> its variants ``(method, Sweep.config keywords)`` per prompt and seed
-VARIANTS = {"drafts": _drafts_variants, "temperature": _temperature_variants, "nonidentical": _nonidentical_variants,
+EXPERIMENT_VARIANTS = {"drafts": _drafts_variants, "temperature": _temperature_variants, "nonidentical": _nonidentical_variants,
             "topk": _topk_variants, "truncation": _truncation_variants}
 
 
@@ -301,14 +301,14 @@ def run_decoding(pair, settings: DecodingSettings | None = None, *, out: str | P
         StopSweep: the budget ran out (the rows computed so far are stored).
     """
     settings = settings or DecodingSettings()
-    table = ResultTable(None if out is None else Path(out) / "decoding.csv", config_fields=CONFIG_FIELDS,
-                        value_fields=VALUE_FIELDS, budget=budget)
+    table = ResultTable(None if out is None else Path(out) / "decoding.csv", config_fields=DECODING_CONFIG_FIELDS,
+                        value_fields=DECODING_VALUE_FIELDS, budget=budget)
     sweep = Sweep(pair, settings, table, progress=progress)
     run = DecodingRun(settings, pair.name, pair.description, pair_label(pair, settings.draft_temperature),
                       pair_label(pair, None))
     for name in [e for e in EXPERIMENTS if e in settings.experiments]:
         datasets = settings.datasets if name == "temperature" else (settings.main_dataset,)
-        jobs = [job for dataset in datasets for job in sweep.jobs(dataset, VARIANTS[name](settings))]
+        jobs = [job for dataset in datasets for job in sweep.jobs(dataset, EXPERIMENT_VARIANTS[name](settings))]
         run.rows[name] = sweep.compute(name, jobs)
     return run
 
@@ -426,7 +426,7 @@ EXPERIMENT_STATS = {"drafts": _drafts_stats, "temperature": _temperature_stats, 
                     "topk": _topk_stats, "truncation": _truncation_stats}
 
 
-def summarize(run: DecodingRun) -> dict:
+def summarize_decoding(run: DecodingRun) -> dict:
     """Per-experiment statistics (nested dicts, JSON-ready), and ``"timing"``: where the
     time of a round goes (:func:`timing`)."""
     out = {name: EXPERIMENT_STATS[name](rows, run.settings) for name, rows in run.rows.items()}

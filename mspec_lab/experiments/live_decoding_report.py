@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mspec_lab.experiments import paper
 from mspec_lab.experiments.live_decoding import (AUTOREGRESSIVE, NONIDENTICAL_SCHEMES, TRUNCATION_ALPHABET, TRUNCATION_S, DecodingRun,
-                            DecodingSettings, summarize)
+                            DecodingSettings, summarize_decoding)
 from mspec_lab.experiments.report import (ORDERING_NOTE, SMOKE_TEST_LINE, fmt, format_table, print_block,
                                           print_smoke_banner, sample_note, smoke_test_fields, write_html, write_json)
 
@@ -71,9 +71,9 @@ def report_decoding(run: DecodingRun, out: str | Path | None = None) -> dict:
     ``out``, write ``decoding.json`` and ``decoding.html`` there.
 
     Returns:
-        ``{"stats": summarize(run), "goals": check_goals(...)}``.
+        ``{"stats": summarize_decoding(run), "goals": check_goals(...)}``.
     """
-    stats, s = summarize(run), run.settings
+    stats, s = summarize_decoding(run), run.settings
     notes = [f"ours = {run.label}; paper = {paper.PAIR}, {paper.CITATION}", ORDERING_NOTE]
     swept = [f"ours = {run.swept_label} (temperatures as in the columns); paper = {paper.PAIR}, {paper.CITATION}",
              ORDERING_NOTE]
@@ -104,7 +104,7 @@ def report_decoding(run: DecodingRun, out: str | Path | None = None) -> dict:
 
 
 def print_table1(st: dict, s: DecodingSettings, notes=()) -> None:
-    """Table 1 (``st = summarize(run)["drafts"]``): block efficiency vs K next to the paper's."""
+    """Table 1 (``st = summarize_decoding(run)["drafts"]``): block efficiency vs K next to the paper's."""
     ks = s.drafts_k
     header = ["method"] + [c for k in ks for c in (f"K={k} ours", f"K={k} paper")]
     body = [[m] + [c for k in ks for c in (_be(st[m][k]), fmt(paper.paper_value(paper.TABLE1_BLOCK_EFFICIENCY, m, k)))]
@@ -276,14 +276,14 @@ def _print_goals(goals, preset: str, smoke_test: bool = False):
 
 
 # -- figures -------------------------------------------------------------------------------------
-COLORS = {"optimal": "#8e44ad", "is": "#ff7f0e", "is-ratio": "#d62728", "spectr": "#1f77b4", "specinfer": "#2ca02c", "single": "#999999",
+SCHEME_COLORS = {"optimal": "#8e44ad", "is": "#ff7f0e", "is-ratio": "#d62728", "spectr": "#1f77b4", "specinfer": "#2ca02c", "single": "#999999",
           AUTOREGRESSIVE: "#222222"}
 
 
 def _line(go, name, xs, sts, field="block_efficiency", **kw):
     return go.Scatter(name=name, x=xs, y=[st[field]["mean"] for st in sts], mode="lines+markers",
                       error_y=dict(type="data", array=[st[field]["se"] for st in sts]),
-                      line=dict(color=COLORS.get(name)), **kw)
+                      line=dict(color=SCHEME_COLORS.get(name)), **kw)
 
 
 def figures(stats: dict, s: DecodingSettings, label: str) -> list:
@@ -343,7 +343,7 @@ def _topk_figure(go, by_top_k, s, label):
             for k in s.topk_drafts:
                 xs.append(f"top-{top_k}, K={k}")
                 sts.append(by[k][m])
-        fig.add_trace(go.Bar(name=m, x=xs, y=[x["block_efficiency"]["mean"] for x in sts], marker_color=COLORS[m],
+        fig.add_trace(go.Bar(name=m, x=xs, y=[x["block_efficiency"]["mean"] for x in sts], marker_color=SCHEME_COLORS[m],
                              error_y=dict(type="data", array=[x["block_efficiency"]["se"] for x in sts])))
     fig.update_layout(barmode="group", title=f"Table 4: top-k sampling ({label})",
                       yaxis_title="tokens per target call")

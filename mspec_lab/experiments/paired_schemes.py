@@ -23,7 +23,7 @@ is ahead of or behind another scheme is decided by a two-sided paired t-test at 
 :data:`TEST_LEVEL` (:func:`paired_t_test`), from :data:`MIN_PAIRS` reference generations on;
 with fewer the report says the comparison has too few samples to test.
 
-In a notebook: ``stats = summarize(run_rounds(pair, RoundsSettings.quick()))``. On the
+In a notebook: ``stats = summarize_rounds(run_rounds(pair, RoundsSettings.quick()))``. On the
 command line, ``python -m mspec_lab rounds`` writes one row per (prompt, seed, scheme, K)
 to ``rounds.csv`` when its reference generation is done (a rerun resumes), and the summary
 to ``rounds.json``.
@@ -48,20 +48,18 @@ from mspec_lab.experiments.report import (fmt, format_table, pair_label, print_b
 from mspec_lab.experiments.results import ResultTable, RowBudget
 
 __all__ = ["MIN_PAIRS", "ROUND_SCHEMES", "TEST_LEVEL", "PairedTest", "RoundsRun", "RoundsSettings", "behind_lines",
-           "cluster_mean_se", "control_adjusted", "paired_t_test", "report_rounds", "run_rounds", "summarize"]
+           "cluster_mean_se", "control_adjusted", "paired_t_test", "report_rounds", "run_rounds", "summarize_rounds"]
 
-CONFIG_FIELDS = ["preset", "dataset", "prompt", "seed", "reference", "method", "num_drafts", "draft_length",
+ROUNDS_CONFIG_FIELDS = ["preset", "dataset", "prompt", "seed", "reference", "method", "num_drafts", "draft_length",
                  "draft_temperature", "target_temperature", "max_new_tokens"]
-VALUE_FIELDS = ["rounds", "per_round", "control"]
+ROUNDS_VALUE_FIELDS = ["rounds", "per_round", "control"]
 #: variants scored on the same rounds besides the registry schemes: name -> (scheme, params).
 #: "optimal-tokens" is the optimal scheme with every token its own atom (the lexicographic
 #: x); "optimal" (atoms="auto") uses ratio buckets at these vocabularies: both attain the
 #: optimal acceptance, with different x
-VARIANTS = {"optimal-tokens": ("optimal", {"atoms": "tokens"})}
+SCHEME_VARIANTS = {"optimal-tokens": ("optimal", {"atoms": "tokens"})}
 #: what is scored on every round: the compared schemes and the variants
-ROUND_SCHEMES = paper.COMPARED_SCHEMES + tuple(VARIANTS)
-#: how the settings differ under ``--quick`` (minutes on a CPU)
-QUICK = {"prompts": 2, "seeds": 1, "max_new_tokens": 24, "max_chars": 400}
+ROUND_SCHEMES = paper.COMPARED_SCHEMES + tuple(SCHEME_VARIANTS)
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,7 @@ class RoundsSettings(SharedSettings):
         draft_length: L.
         drafts_k: values of K (the reference generation drafts the largest).
         reference: the compared scheme that drives the reference generations.
-        variants: which of :data:`VARIANTS` are scored besides the compared schemes.
+        variants: which of :data:`SCHEME_VARIANTS` are scored besides the compared schemes.
         draft_temperature, target_temperature, data_source, max_chars, seed: as in
             :class:`~mspec_lab.experiments.acceptance.AcceptanceSettings`.
     """
@@ -87,13 +85,14 @@ class RoundsSettings(SharedSettings):
     draft_length: int = paper.DRAFT_LENGTH
     drafts_k: tuple[int, ...] = (2, 4, 8)
     reference: str = "optimal"
-    variants: tuple[str, ...] = tuple(VARIANTS)
-    QUICK: ClassVar[dict] = QUICK
+    variants: tuple[str, ...] = tuple(SCHEME_VARIANTS)
+    #: how the settings differ under ``--quick`` (minutes on a CPU)
+    QUICK: ClassVar[dict] = {"prompts": 2, "seeds": 1, "max_new_tokens": 24, "max_chars": 400}
 
     def __post_init__(self):
         checked_choices("main_dataset", self.main_dataset, DATASETS)
         checked_choices("reference", self.reference, paper.COMPARED_SCHEMES)
-        object.__setattr__(self, "variants", checked_choices("variants", self.variants, tuple(VARIANTS)))
+        object.__setattr__(self, "variants", checked_choices("variants", self.variants, tuple(SCHEME_VARIANTS)))
         object.__setattr__(self, "drafts_k", tuple(sorted(set(self.drafts_k))))
         super().__post_init__()
 
@@ -111,7 +110,7 @@ class RoundsRun:
     rows: list[dict] = field(default_factory=list)
 
 
-def methods(drafts_k, variants=tuple(VARIANTS)) -> list[tuple[str, int]]:
+def scheme_methods(drafts_k, variants=tuple(SCHEME_VARIANTS)) -> list[tuple[str, int]]:
     """``(scheme, K)`` evaluated on every round: the single-draft baseline, then every
     compared scheme and the ``variants``."""
     scored = [s for s in ROUND_SCHEMES if s in paper.COMPARED_SCHEMES or s in variants]
@@ -127,10 +126,10 @@ def expected_per_round(pair, prompt, seed: int, s: RoundsSettings) -> dict[tuple
     from mspec.rounds import make_round_rule
 
     k_max, temp = max(s.drafts_k), s.draft_temperature
-    out: dict[tuple[str, int], tuple[list, list]] = {m: ([], []) for m in methods(s.drafts_k, s.variants)}
+    out: dict[tuple[str, int], tuple[list, list]] = {m: ([], []) for m in scheme_methods(s.drafts_k, s.variants)}
     rules = {}
     for method, k in out:
-        scheme, params = VARIANTS.get(method, (method, None))
+        scheme, params = SCHEME_VARIANTS.get(method, (method, None))
         rules[method, k] = make_round_rule("per-position", scheme=scheme, scheme_params=params, num_drafts=k,
                                            draft_temperatures=temp)
 
@@ -166,8 +165,8 @@ def run_rounds(pair, settings: RoundsSettings | None = None, *, out: str | Path 
         StopSweep: the budget ran out (the rows computed so far are stored).
     """
     s = settings or RoundsSettings()
-    table = ResultTable(None if out is None else Path(out) / "rounds.csv", config_fields=CONFIG_FIELDS,
-                        value_fields=VALUE_FIELDS, budget=budget)
+    table = ResultTable(None if out is None else Path(out) / "rounds.csv", config_fields=ROUNDS_CONFIG_FIELDS,
+                        value_fields=ROUNDS_VALUE_FIELDS, budget=budget)
     prompts = load_dataset_prompts(pair, s.main_dataset, s.prompts, source=s.data_source, max_chars=s.max_chars)
     run = RoundsRun(s, pair.name, pair.description, pair_label(pair, s.draft_temperature))
     jobs = [(prompt, s.seed + i) for prompt in prompts for i in range(s.seeds)]
@@ -190,7 +189,7 @@ def _generation_rows(pair, prompt, seed: int, s: RoundsSettings, table: ResultTa
         return {"rounds": len(per_round), "per_round": per_round, "control": control}
 
     return [table.compute({**base, "method": scheme, "num_drafts": k}, lambda job=(scheme, k): values(*job))
-            for scheme, k in methods(s.drafts_k, s.variants)]
+            for scheme, k in scheme_methods(s.drafts_k, s.variants)]
 
 
 def _per_round(row) -> tuple[np.ndarray, np.ndarray]:
@@ -250,7 +249,7 @@ def _estimate(values: np.ndarray, controls: np.ndarray, groups: np.ndarray) -> d
             "generations": int(np.unique(groups).size)}
 
 
-def summarize(run: RoundsRun) -> dict:
+def summarize_rounds(run: RoundsRun) -> dict:
     """Per method: mean expected tokens per round (with and without the control); per K:
     paired differences optimal - other, each with its :func:`paired_t_test` (``"test"``).
     Means pooled over rounds, standard errors clustered by reference generation."""
@@ -404,7 +403,7 @@ def _estimate_cells(st: dict, digits: int) -> list[str]:
 
 def report_rounds(run: RoundsRun, out: str | Path | None = None) -> dict:
     """Print the paired table; with ``out``, write ``rounds.json`` there. Returns the stats."""
-    stats, s = summarize(run), run.settings
+    stats, s = summarize_rounds(run), run.settings
     print_smoke_banner(s.smoke_test)
     print(f"\nModel pair: {run.pair}")
     print(f"Reference generations: {s.prompts} prompt(s) x {s.seeds} seed(s), {s.main_dataset}, "

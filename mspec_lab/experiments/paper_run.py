@@ -59,7 +59,7 @@ from mspec_lab.experiments.report import (fmt, format_table, pair_label, print_b
 from mspec_lab.experiments.results import RowBudget
 
 __all__ = [
-    "DEFAULT_RESULTS",
+    "PAPER_RUN_RESULTS",
     "REGIMES",
     "SCHEMA",
     "PaperRunSettings",
@@ -79,7 +79,7 @@ __all__ = [
 #: format of the results document (a change of its structure changes the number)
 SCHEMA = "mspec-paper-run/1"
 #: the committed run of the offline default, relative to the repository root
-DEFAULT_RESULTS = Path("results") / "offline_default" / "paper_run.json"
+PAPER_RUN_RESULTS = Path("results") / "offline_default" / "paper_run.json"
 #: the two draft temperatures of every table: the package's default, and the one whose
 #: acceptance matches the paper's (chosen by the sweep)
 REGIMES = ("default", "paper")
@@ -97,10 +97,6 @@ ROUNDS_TOLERANCE_SE = 3.0
 ROUNDS_MIN_GENERATIONS = 8
 #: the draft temperatures of the sweep
 SWEEP_TEMPERATURES = (1.25, 1.5, 1.75, 1.8, 1.85, 1.9, 1.95, 2.0, 2.05, 2.1, 2.15, 2.2, 2.25, 2.5, 3.0)
-#: how the settings differ under ``--quick`` (a minute on a CPU; for tests and a first look)
-QUICK = {"prompts": 2, "positions": 8, "max_chars": 400, "sweep_temperatures": (1.5, 2.0, 2.5),
-         "rounds_prompts": 2, "rounds_seeds": 1, "rounds_max_new_tokens": 12, "paper_rounds_prompts": 2,
-         "check_positions": 4}
 
 
 @dataclass(frozen=True)
@@ -153,7 +149,10 @@ class PaperRunSettings(SharedSettings):
     paper_rounds_prompts: int = 12
     draft_length: int = paper.DRAFT_LENGTH
     check_positions: int = 8
-    QUICK: ClassVar[dict] = QUICK
+    #: how the settings differ under ``--quick`` (a minute on a CPU; for tests and a first look)
+    QUICK: ClassVar[dict] = {"prompts": 2, "positions": 8, "max_chars": 400, "sweep_temperatures": (1.5, 2.0, 2.5),
+                             "rounds_prompts": 2, "rounds_seeds": 1, "rounds_max_new_tokens": 12,
+                             "paper_rounds_prompts": 2, "check_positions": 4}
 
     def __post_init__(self):
         object.__setattr__(self, "datasets", checked_choices("datasets", self.datasets, DATASETS))
@@ -333,7 +332,7 @@ def _token_level(pair, prompts_by_dataset, s: PaperRunSettings, regimes: dict[st
 
 # -- block efficiency ----------------------------------------------------------------------------
 def _rounds(pair, s: PaperRunSettings, regime: str, temperature: float, work, budget, progress) -> dict:
-    from mspec_lab.experiments.paired_schemes import RoundsSettings, run_rounds, summarize
+    from mspec_lab.experiments.paired_schemes import RoundsSettings, run_rounds, summarize_rounds
 
     settings = RoundsSettings(
         main_dataset=s.main_dataset, prompts=s.rounds_prompts if regime == "default" else s.paper_rounds_prompts,
@@ -341,7 +340,7 @@ def _rounds(pair, s: PaperRunSettings, regime: str, temperature: float, work, bu
         drafts_k=s.rounds_drafts, reference="optimal", variants=(), draft_temperature=temperature,
         target_temperature=s.target_temperature, data_source=s.data_source, max_chars=s.max_chars, seed=s.seed)
     run = run_rounds(pair, settings, out=work, budget=budget, progress=progress)
-    stats = summarize(run)
+    stats = summarize_rounds(run)
     base = {"regime": regime, "draft_temperature": temperature, "dataset": s.main_dataset,
             "draft_length": s.draft_length, "generations": len({(r["prompt"], r["seed"]) for r in run.rows})}
     out = {"rounds": [], "rounds_differences": []}
@@ -417,7 +416,7 @@ def paper_run(preset: str, settings: PaperRunSettings | None = None, *, out: str
     head = {name: doc.pop(name) for name in ("schema", "smoke_test", "smoke_test_note") if name in doc}
     doc = {**head, "provenance": doc.pop("provenance"), **doc}
     if out is not None:
-        path = Path(out) / DEFAULT_RESULTS.name
+        path = Path(out) / PAPER_RUN_RESULTS.name
         write_results(doc, path)
         doc["path"] = str(path)
     return doc
@@ -507,7 +506,7 @@ def default_results_path() -> Path:
     """The committed results file of the repository this package runs from."""
     import mspec
 
-    return Path(mspec.__file__).resolve().parents[1] / DEFAULT_RESULTS
+    return Path(mspec.__file__).resolve().parents[1] / PAPER_RUN_RESULTS
 
 
 def load_results(path: str | Path | None = None, *, check: bool = True) -> dict:
@@ -525,12 +524,12 @@ def load_results(path: str | Path | None = None, *, check: bool = True) -> dict:
         FileNotFoundError: no such file; the message says how to get it.
         ValueError: another schema, or (``check``) an inconsistent document.
     """
-    path = Path(path) if path is not None else committed_file(DEFAULT_RESULTS)
+    path = Path(path) if path is not None else committed_file(PAPER_RUN_RESULTS)
     if path.is_dir():
-        path = path / DEFAULT_RESULTS.name
+        path = path / PAPER_RUN_RESULTS.name
     if not path.is_file():
         raise FileNotFoundError(
-            f"{path}: no results file. It is committed in the repository ({DEFAULT_RESULTS.as_posix()}): "
+            f"{path}: no results file. It is committed in the repository ({PAPER_RUN_RESULTS.as_posix()}): "
             "clone the repository, or write one with `python -m mspec_lab paper-run --out FOLDER`")
     doc = json.loads(path.read_text(encoding="utf-8"))
     if doc.get("schema") != SCHEMA:

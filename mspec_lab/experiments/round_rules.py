@@ -7,7 +7,7 @@ i.i.d.), every rule is scored exactly, its randomness averaged out:
 
 * per-token rules (:data:`TOKEN_RULES`; ``"single"`` at K = 1): the round rule
   ``"per-position"`` with that scheme;
-* round rules (:data:`ROUND_RULES`): ``"traversal"`` and ``"selected-block"`` (at K = 1 both
+* round rules (:data:`COMPARED_ROUND_RULES`): ``"traversal"`` and ``"selected-block"`` (at K = 1 both
   are block verification: the rule ``"block"``, reported as ``"block"``);
 
 each by the ``expected_tokens`` of its :class:`mspec.rounds.RoundRule`
@@ -40,18 +40,18 @@ from mspec_lab.experiments.report import (fmt, format_table, print_block, print_
                                           smoke_test_fields, write_json)
 from mspec_lab.experiments.results import ratio_se
 
-__all__ = ["BASELINE", "DEFAULT_RESULTS", "ROUND_RULES", "TOKEN_RULES", "RoundRulesSettings", "load_round_rules",
-           "methods", "print_round_rules", "round_rule", "round_rules_document", "run_round_rules",
+__all__ = ["BASELINE", "COMPARED_ROUND_RULES", "ROUND_RULES_RESULTS", "TOKEN_RULES", "RoundRulesSettings",
+           "load_round_rules", "round_rule_methods", "print_round_rules", "round_rule", "round_rules_document", "run_round_rules",
            "summarize_round_rules", "time_round_rules"]
 
 #: per-token schemes scored on every round (K >= 2)
 TOKEN_RULES = ("optimal", "spectr", "specinfer")
 #: round rules scored on every round (K >= 2); at K = 1 both are block verification
-ROUND_RULES = ("traversal", "selected-block")
+COMPARED_ROUND_RULES = ("traversal", "selected-block")
 #: what every rule is paired against: the per-token optimum (``"single"`` at K = 1)
 BASELINE = "optimal"
 #: the committed results of the offline default, relative to the repository root
-DEFAULT_RESULTS = Path("results") / "offline_default" / "round_rules.json"
+ROUND_RULES_RESULTS = Path("results") / "offline_default" / "round_rules.json"
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,9 @@ class RoundRulesSettings(SharedSettings):
         super().__post_init__()
 
 
-def methods(k: int) -> tuple[str, ...]:
+def round_rule_methods(k: int) -> tuple[str, ...]:
     """The rules scored at K = ``k``, the baseline first."""
-    return ("single", "block") if k == 1 else (BASELINE,) + TOKEN_RULES[1:] + ROUND_RULES
+    return ("single", "block") if k == 1 else (BASELINE,) + TOKEN_RULES[1:] + COMPARED_ROUND_RULES
 
 
 def _rule_and_scheme(method: str) -> tuple[str, str | None]:
@@ -106,7 +106,7 @@ def _scored_rounds(pair, prompt, seed: int, s: RoundRulesSettings) -> dict[tuple
 
     from mspec.lm.decoding import speculative_generate
 
-    out = {(m, k): [] for k in s.drafts_k for m in methods(k)}
+    out = {(m, k): [] for k in s.drafts_k for m in round_rule_methods(k)}
     rules = {(m, k): round_rule(m, k, s.draft_temperature) for m, k in out}
 
     def on_round(drafted, draft_probs, target_probs):
@@ -195,7 +195,7 @@ def time_round_rules(pair, settings: RoundRulesSettings | None = None, *, tokens
     prompt = load_dataset_prompts(pair, s.datasets[0], 1, source=s.data_source, max_chars=s.max_chars)[0]
     records = []
     for k in s.drafts_k:
-        for method in methods(k):
+        for method in round_rule_methods(k):
             result = speculative_generate(
                 list(prompt.ids), draft_model=pair.draft_model, target_model=pair.target_model, num_drafts=k,
                 draft_length=s.draft_length, draft_temperatures=s.draft_temperature,
@@ -274,7 +274,7 @@ def _verdict(record: dict) -> str:
 
 def write_round_rules(doc: dict, out: str | Path) -> Path:
     """Write ``out/round_rules.json``; returns its path."""
-    path = Path(out) / DEFAULT_RESULTS.name
+    path = Path(out) / ROUND_RULES_RESULTS.name
     write_json(path, doc)
     return path
 
@@ -284,5 +284,5 @@ def load_round_rules(path: str | Path | None = None) -> dict:
     if path is None:
         import mspec
 
-        path = Path(mspec.__file__).resolve().parents[1] / DEFAULT_RESULTS
+        path = Path(mspec.__file__).resolve().parents[1] / ROUND_RULES_RESULTS
     return json.loads(Path(path).read_text(encoding="utf-8"))

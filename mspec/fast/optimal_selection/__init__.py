@@ -11,12 +11,13 @@ Notation (paper): K i.i.d. drafts from ``p`` (``draft``), target ``q`` (``target
 
 **The reference**, :mod:`mspec.schemes.optimal_reference`
 (``OptimalSelection.reference(draft=..., target=..., num_drafts=K)``), is one file in plain
-floats, in reading order: sort the tokens by ``q/p``; the best induced distribution ``x = p_I``, the greatest convex minorant of
-``(q(prefix), f(prefix))`` by isotonic regression (its acceptance ``sum_y min(q(y), x(y))``
-is the closed-form optimum); key sets, each draft of token ``t`` a key uniform on a set
-``M_t`` of length ``p_t`` and ``nu``-mass ``x_t`` (``nu`` has distribution function ``g``),
-by the greedy tiling token by token; the smallest key wins, then one single-draft step from
-``x`` to ``q``. The tests hold everything below to it.
+floats, in reading order: sort the tokens by ``q/p``; the best induced distribution
+``x = p_I``, the greatest convex minorant of ``(q(prefix), f(prefix))`` by isotonic
+regression (its acceptance ``sum_y min(q(y), x(y))`` is the closed-form optimum); key sets,
+each draft of token ``t`` a key uniform on a set ``M_t`` of length ``p_t`` and ``nu``-mass
+``x_t`` (``nu`` has distribution function ``g``), by the greedy tiling token by token; the
+smallest key wins, then one single-draft step from ``x`` to ``q``. The tests hold everything
+below to it.
 
 **The fast path**, the same law by other means: ``scheme.py`` (:class:`OptimalSelection`,
 a :class:`~mspec.schemes.two_step.TwoStepScheme`: the smallest key wins, the base class
