@@ -15,7 +15,6 @@ from mspec.distributions import check_distribution, distribution_from_logits
 from mspec.fast.importance_ratio import RatioImportanceSampling
 from mspec.fast.optimal_selection import OptimalSelection, lex_optimal_induced
 from mspec.fast.spectr_newton import NewtonSpecTr
-from mspec.plots.figure2 import figure2_curves
 from mspec.registry import SCHEMES, get_scheme, make_scheme
 from mspec.schemes.canonical import CanonicalScheme, solve_canonical_lp
 from mspec.schemes.closed_form import acceptance_is_one, optimal_acceptance
@@ -46,8 +45,9 @@ _LAZY = {
 
 
 #: public names that were renamed -> what to use now
-_RENAMED = {"PaperImportanceSampling": "ImportanceSampling (the paper's IS scheme, 'is'); our variant is "
-                                       "RatioImportanceSampling ('is-ratio')"}
+_RENAMED = {"PaperImportanceSampling": "mspec.ImportanceSampling (the paper's IS scheme, 'is'); our variant is "
+                                       "mspec.RatioImportanceSampling ('is-ratio')",
+            "figure2_curves": "mspec_lab.figure2.figure2_curves (the book's figure helpers live in the workshop)"}
 
 
 def __getattr__(name):
@@ -56,7 +56,7 @@ def __getattr__(name):
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     if name in _RENAMED:
-        raise AttributeError(f"mspec.{name} is now mspec.{_RENAMED[name]}")
+        raise AttributeError(f"mspec.{name} is now {_RENAMED[name]}")
     raise AttributeError(f"module 'mspec' has no attribute {name!r}")
 
 
@@ -64,7 +64,7 @@ __all__ = ["CanonicalScheme", "ImportanceSampling", "LPFallbackWarning", "LPSolv
            "OptimalLP", "OptimalSelection", "RatioImportanceSampling", "ReferenceOptimalSelection", "SCHEMES",
            "SchemeError", "Selection", "SelectionScheme", "SingleDraft", "SpecInfer", "SpecTr",
            "TwoStepScheme", "acceptance_is_one", "check_distribution", "distribution_from_logits",
-           "figure2_curves", "get_scheme", "lex_optimal_induced", "make_scheme", "optimal_acceptance",
+           "get_scheme", "lex_optimal_induced", "make_scheme", "optimal_acceptance",
            "output_distribution", "single_draft_acceptance", "single_draft_sample", "solve_canonical_lp",
            "solve_optimal_lp", "specinfer_acceptance", "specinfer_sample", "spectr_acceptance",
            "spectr_sample"]

@@ -16,7 +16,7 @@ from mspec.schemes.closed_form import (
     optimal_subset,
     prefix_order,
 )
-from mspec.plots.figure2 import figure2_curves, figure2_optimal_exact
+from mspec_lab.figure2 import figure2_curves, figure2_optimal_exact
 from mspec.schemes.optimal_lp import OptimalLP
 from strategies import random_case, softmax_pair
 
@@ -169,11 +169,12 @@ def test_figure2_facts(panel, top, ones):
         assert curves["single"][n] == pytest.approx(np.minimum(draft, target).sum())
 
 
-def test_figure2_lives_outside_the_closed_form_module():
+def test_figure2_lives_in_the_workshop_beside_the_closed_form():
     import mspec.schemes.closed_form
 
-    assert mspec.figure2_curves is figure2_curves
     assert not hasattr(mspec.schemes.closed_form, "figure2_curves")  # closed_form is pure math
+    with pytest.raises(AttributeError, match="mspec_lab.figure2.figure2_curves"):
+        mspec.figure2_curves  # noqa: B018 -- the former name says where the helper lives now
 
 
 def test_figure2_custom_family_and_grid():

@@ -14,7 +14,7 @@ import itertools
 import numpy as np
 import pytest
 
-from mspec.plots.figure2 import FIGURE2_TOKENS, binding_set, cut_value, figure2_family, set_label
+from mspec_lab.figure2 import FIGURE2_TOKENS, binding_set, cut_value, figure2_family, set_label
 from mspec.schemes.closed_form import brute_force_acceptance, optimal_acceptance
 
 

@@ -3,7 +3,7 @@
 * **No import cycles** between the modules of :mod:`mspec` and :mod:`mspec_lab`
   (module-level and function-level imports, relative and absolute), so every module can be
   read after the ones it imports; and the library never imports the workshop.
-* **Rooms**: the algorithms are in folders (``schemes/``, ``rounds/``, ``lm/``, ``plots/``),
+* **Rooms**: the algorithms are in folders (``schemes/``, ``fast/``, ``rounds/``, ``lm/``),
   at most :data:`MAX_LOOSE_MODULES` modules at the top of :mod:`mspec`, no module over
   :data:`MAX_MODULE_LINES` lines and the library at most :data:`MAX_PACKAGE_LINES` lines.
 * **Short functions**: at most :data:`MAX_FUNCTION_LINES` lines from ``def`` to the last
@@ -31,7 +31,7 @@ PACKAGE = ROOT / "mspec"
 #: the library and the workshop beside it (experiments, benchmarks, model presets)
 PACKAGES = ("mspec", "mspec_lab")
 #: the library's rooms
-ROOMS = ("schemes", "fast", "rounds", "lm", "plots")
+ROOMS = ("schemes", "fast", "rounds", "lm")
 #: the paper's room (``schemes/``) stays a sitting's read: at most this many lines
 MAX_PAPER_LINES = 3_000
 #: modules allowed at the top of the library, ``__init__.py`` not counted

@@ -1,4 +1,5 @@
-"""The paper's Figure 2: acceptance of the optimal scheme and of the baselines, V = 3.
+"""The paper's Figure 2: acceptance of the optimal scheme and of the baselines, V = 3 (the
+book's chapter 5 draws it; the closed form itself is :mod:`mspec.schemes.closed_form`).
 
 Khisti et al. (ICLR 2025), Figure 2, draws the acceptance probability of K = 2 identical
 drafts from the uniform draft ``p`` on 3 tokens, for targets ``q = [q1, q2, 1 - q1 - q2]``
