@@ -23,7 +23,7 @@ from mspec.schemes.importance import ImportanceSampling
 from mspec.schemes.lp import LPFallbackWarning, LPSolveError
 from mspec.schemes.optimal_lp import OptimalLP, solve_optimal_lp
 from mspec.schemes.optimal_reference import ReferenceOptimalSelection
-from mspec.schemes.selection import SchemeError, Selection, SelectionScheme
+from mspec.schemes.selection import SchemeError, Selection, SelectionScheme, SlowSchemeWarning
 from mspec.schemes.single import SingleDraft, single_draft_acceptance, single_draft_sample
 from mspec.schemes.specinfer import SpecInfer, specinfer_acceptance, specinfer_sample
 from mspec.schemes.spectr import SpecTr, spectr_acceptance, spectr_sample
@@ -62,7 +62,7 @@ def __getattr__(name):
 
 __all__ = ["CanonicalScheme", "ImportanceSampling", "LPFallbackWarning", "LPSolveError", "NewtonSpecTr",
            "OptimalLP", "OptimalSelection", "RatioImportanceSampling", "ReferenceOptimalSelection", "SCHEMES",
-           "SchemeError", "Selection", "SelectionScheme", "SingleDraft", "SpecInfer", "SpecTr",
+           "SchemeError", "Selection", "SelectionScheme", "SingleDraft", "SlowSchemeWarning", "SpecInfer", "SpecTr",
            "TwoStepScheme", "acceptance_is_one", "check_distribution", "distribution_from_logits",
            "get_scheme", "lex_optimal_induced", "make_scheme", "optimal_acceptance",
            "output_distribution", "single_draft_acceptance", "single_draft_sample", "solve_canonical_lp",

@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from mspec_lab.data import hub_available
-from mspec.lm.models import ModelPair, check_same_vocab, early_exit_model, make_pair, tiny_model
+from mspec.lm.models import ModelPair, check_same_vocab, early_exit_model, make_pair
 from mspec_lab.synthetic import OPT_VOCAB_SIZE
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
     "opt_config",
     "smollm2_cache_name",
     "smollm2_checkpoint",
+    "tiny_model",
 ]
 
 #: Preset names accepted by :func:`load_pair`.
@@ -138,6 +139,50 @@ SMOLLM2_CONVERSION_VERSION = 2
 _FLOAT16_BYTES = 2
 #: Modules :func:`check_placement`'s error names; it counts the rest.
 _SHOWN_MODULES = 3
+
+
+def tiny_model(
+    *,
+    seed: int = 0,
+    vocab_size: int = 16,
+    hidden_size: int = 16,
+    num_layers: int = 2,
+    max_positions: int = 256,
+    init_std: float = 0.5,
+) -> nn.Module:
+    """A tiny random-weight OPT causal LM for tests (logits ``(B, T, vocab_size)``).
+
+    The weights come from ``torch.manual_seed(seed)`` inside ``torch.random.fork_rng``, so
+    the global random state is left untouched. ``init_std`` is large (OPT's default is
+    0.02) so the next-token distributions are far from uniform and differ between seeds.
+    Two attention heads and a feed-forward width of twice the hidden size keep it tiny.
+
+    Args:
+        seed: weight seed; different seeds give different models.
+        vocab_size: V (token ids ``0..V-1``; OPT's pad/bos/eos are 1/2/2).
+        hidden_size: model width (also the embedding width).
+        num_layers: decoder layers.
+        max_positions: longest sequence (prompt + generated tokens).
+        init_std: standard deviation of the random weights.
+    """
+    from transformers import OPTConfig, OPTForCausalLM
+
+    config = OPTConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        word_embed_proj_dim=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        ffn_dim=2 * hidden_size,
+        max_position_embeddings=max_positions,
+        dropout=0.0,
+        attention_dropout=0.0,
+        init_std=init_std,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = OPTForCausalLM(config)
+    return model.eval()
 
 
 def load_pair(

@@ -23,7 +23,7 @@ from transformers import (LogitsProcessorList, PreTrainedTokenizerFast, Repetiti
 import mspec
 from mspec.lm.custom_generate import MultiDraftOutput
 from mspec.lm.decoding import speculative_generate
-from mspec.lm.models import tiny_model
+from mspec_lab.models import tiny_model
 from mspec_lab.rounding import UNIT_ROUNDOFF
 
 # runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)

@@ -22,7 +22,7 @@ from transformers import BatchEncoding, MistralConfig, MistralForCausalLM, PreTr
 
 from mspec.lm import cache, decoding
 from mspec.lm.decoding import autoregressive_generate, speculative_generate
-from mspec.lm.models import tiny_model
+from mspec_lab.models import tiny_model
 from mspec_lab.rounding import logit_tolerance
 
 # runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
@@ -311,3 +311,12 @@ def test_lp_schemes_say_what_runs_at_vocabulary_scale():
     OptimalLP.check_scale(vocab_size=20, num_drafts=2)  # 8,000 variables: fine
     CanonicalScheme.check_scale(vocab_size=49152, num_drafts=2, weights=object())  # given weights: no LP
     mspec.SpecInfer.check_scale(vocab_size=10**6, num_drafts=16)  # no limit
+
+
+def test_a_scheme_too_slow_per_position_is_refused_before_any_model_call(pair, no_model_call):
+    """The canonical tuple LP at V = 16, K = 4 (262,160 variables, within the variable limit) is
+    estimated at tens of seconds per position: refused before the prefill, naming the estimate
+    and a faster scheme; at K = 2 (the pair LP, 136 variables) it runs."""
+    with pytest.raises(ValueError, match=r"'canonical' at V = 16, K = 4 takes about .* s to build .*once per "
+                                         r"position.*use scheme 'optimal'"):
+        speculative_generate(PROMPT, scheme="canonical", num_drafts=4, max_new_tokens=3, generator=0, **pair)

@@ -9,7 +9,8 @@ import torch
 from transformers import DynamicCache
 
 import mspec_lab.models as models
-from mspec.lm.models import check_same_vocab, early_exit_model, make_pair, tiny_model
+from mspec.lm.models import check_same_vocab, early_exit_model, make_pair
+from mspec_lab.models import tiny_model
 from mspec_lab.rounding import logit_tolerance
 from mspec_lab.models import (
     DEFAULT_PRESET,

@@ -64,11 +64,12 @@ from mspec.schemes.lp import (
     check_lp_size,
     constraint_duals,
     draft_tuples,
+    lp_seconds,
     membership,
     run_highs,
     selection_dual_bound,
 )
-from mspec.schemes.selection import sample_index
+from mspec.schemes.selection import SECONDS_PER_ENTRY, sample_index
 from mspec.schemes.two_step import TwoStepScheme
 
 #: given weights must sum to 1 over ``y`` within this for every tuple (they are then normalised)
@@ -378,10 +379,20 @@ class CanonicalScheme(TwoStepScheme):
     """
 
     name = "canonical"
+    faster = "scheme 'optimal' for identical drafts (the same acceptance, at any V), 'is' or 'specinfer' otherwise"
 
     @classmethod
-    def check_scale(cls, *, vocab_size: int, num_drafts: int, identical: bool = True,
-                    max_variables: int = MAX_LP_VARIABLES, weights=None, **params) -> None:
+    def estimate_seconds(cls, *, vocab_size: int, num_drafts: int, identical: bool = True, weights=None,
+                         **params) -> float:
+        if weights is not None:  # no LP: one pass over the (V,)*K + (V,) weights
+            return SECONDS_PER_ENTRY * vocab_size ** (num_drafts + 1)
+        if identical and num_drafts == 2:
+            return lp_seconds(_pair_variables(vocab_size), "pairs")
+        return lp_seconds(_tuple_variables(vocab_size, num_drafts), "tuples")
+
+    @classmethod
+    def check_size(cls, *, vocab_size: int, num_drafts: int, identical: bool = True,
+                   max_variables: int = MAX_LP_VARIABLES, weights=None, **params) -> None:
         """Refuse an LP of more than ``max_variables`` variables before building it (the pair
         LP for K = 2 identical drafts, the tuple LP otherwise; given ``weights``, none)."""
         if weights is not None:
@@ -393,6 +404,8 @@ class CanonicalScheme(TwoStepScheme):
 
     def __init__(self, *, draft, target, num_drafts=None, weights=None, max_variables: int = MAX_LP_VARIABLES):
         super().__init__(draft=draft, target=target, num_drafts=num_drafts)
+        self.check_scale(vocab_size=self.vocab_size, num_drafts=self.num_drafts, identical=self.identical,
+                         warn=True, weights=weights, max_variables=max_variables)
         self.solver_status, self.gap, self.solver_log = None, None, ()
         if weights is None:
             solution = solve_canonical(

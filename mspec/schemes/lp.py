@@ -37,6 +37,10 @@ from scipy.optimize import linprog
 #: refuse LPs with more variables than this (V^K * V for the full LP)
 MAX_LP_VARIABLES = 2_000_000
 
+#: seconds HiGHS takes on the package's LPs, ``c * variables^alpha`` per LP family: fitted
+#: from 1 to 20 s on a 2-core x86 CPU (``python -m mspec_lab optimal`` times LPs too)
+LP_SECONDS = {"transport": (2.7e-6, 1.25), "pairs": (3.6e-10, 2.49), "tuples": (1.0e-6, 1.37)}
+
 #: HiGHS options: tighter than the defaults (1e-7) so the LP solution needs little repair
 HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 
@@ -106,6 +110,12 @@ def membership(tuples: np.ndarray, vocab: int) -> np.ndarray:
     for col in tuples.T:
         member[np.arange(tuples.shape[0]), col] = True
     return member
+
+
+def lp_seconds(num_variables: int, family: str) -> float:
+    """Rough seconds to solve an LP of ``num_variables`` of ``family`` (a key of :data:`LP_SECONDS`)."""
+    c, alpha = LP_SECONDS[family]
+    return c * float(num_variables) ** alpha
 
 
 def check_lp_size(num_variables: int, max_variables: int, what: str) -> None:
@@ -325,6 +335,6 @@ def repair_plan(joint: np.ndarray, probs: np.ndarray, target: np.ndarray) -> np.
 
 
 __all__ = ["GAP_TOL", "HIGHS_ATTEMPTS", "HIGHS_OPTIONS", "LPFallbackWarning", "LPSolveError", "LP_MASS_FLOOR",
-           "MAX_LP_VARIABLES", "SOLVER_STATUSES", "Candidate", "certified_solve", "check_lp_size",
+           "LP_SECONDS", "MAX_LP_VARIABLES", "SOLVER_STATUSES", "Candidate", "certified_solve", "check_lp_size",
            "constraint_duals", "cut_bound", "draft_tuples", "membership", "repair_plan", "run_highs",
-           "run_linprog", "selection_dual_bound", "transport_dual_bound"]
+           "lp_seconds", "run_linprog", "selection_dual_bound", "transport_dual_bound"]

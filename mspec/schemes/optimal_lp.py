@@ -83,6 +83,7 @@ from mspec.schemes.lp import (  # GAP_TOL, the warning and error, and SOLVER_STA
     constraint_duals,
     cut_bound,
     draft_tuples,
+    lp_seconds,
     membership,
     repair_plan,
     run_highs,
@@ -292,15 +293,22 @@ class OptimalLP(SelectionScheme):
     """
 
     name = "optimal-lp"
+    faster = "scheme 'optimal' for identical drafts (the same acceptance, at any V), 'is' or 'specinfer' otherwise"
 
     @classmethod
-    def check_scale(cls, *, vocab_size: int, num_drafts: int, identical: bool = True,
-                    max_variables: int = MAX_LP_VARIABLES, **params) -> None:
+    def estimate_seconds(cls, *, vocab_size: int, num_drafts: int, identical: bool = True, **params) -> float:
+        return lp_seconds(vocab_size**num_drafts * vocab_size, "transport")
+
+    @classmethod
+    def check_size(cls, *, vocab_size: int, num_drafts: int, identical: bool = True,
+                   max_variables: int = MAX_LP_VARIABLES, **params) -> None:
         """Refuse an LP of more than ``max_variables`` variables (``V^K * V``) before building it."""
         check_lp_size(vocab_size**num_drafts * vocab_size, max_variables, "full optimal-transport LP")
 
     def __init__(self, *, draft, target, num_drafts=None, max_variables: int = MAX_LP_VARIABLES):
         super().__init__(draft=draft, target=target, num_drafts=num_drafts)
+        self.check_scale(vocab_size=self.vocab_size, num_drafts=self.num_drafts, warn=True,
+                         max_variables=max_variables)
         solution = solve_optimal_lp(
             draft=self.draft, target=self.target, num_drafts=self.num_drafts, max_variables=max_variables
         )

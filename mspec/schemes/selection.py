@@ -19,6 +19,7 @@ per-position work such as SpecTr's bisection or an LP solve happens) and then of
 
 from __future__ import annotations
 
+import warnings
 from typing import ClassVar, NamedTuple
 
 import numpy as np
@@ -30,6 +31,15 @@ from mspec.distributions import check_draft_target, check_tokens
 ACCEPT_SLACK = 1e-9
 #: rounding allowed on a conditional law: negative entries, sum minus 1, mass where q = 0
 DIST_SLACK = 1e-9
+#: a scheme estimated to take longer than this to build warns (:class:`SlowSchemeWarning`); a
+#: decoder, which builds one per position, refuses it before any model call
+SLOW_SECONDS = 5.0
+#: seconds per entry of a pass over a ``(V,)`` array: the estimate of the schemes without an LP
+SECONDS_PER_ENTRY = 2e-8
+
+
+class SlowSchemeWarning(UserWarning):
+    """A call estimated to take longer than :data:`SLOW_SECONDS`, with the estimate and a faster way."""
 
 
 class SchemeError(RuntimeError):
@@ -182,20 +192,51 @@ class SelectionScheme:
         """
         return self.conditional(drafts)[1]
 
+    #: a faster way to the same acceptance, named when the scheme is slow at a size
+    faster: ClassVar[str] = "scheme 'optimal' (exactly optimal at any V for identical drafts) or 'specinfer'"
+
     @classmethod
-    def check_scale(cls, *, vocab_size: int, num_drafts: int, identical: bool = True, **params) -> None:
-        """Refuse a size the scheme cannot be built at, before any work (a decoder calls this
-        before its first model call). The default accepts every size.
+    def estimate_seconds(cls, *, vocab_size: int, num_drafts: int, identical: bool = True, **params) -> float:
+        """Rough seconds to build the scheme for one position, from (V, K) alone: a few passes
+        over the vocabulary by default (milliseconds at V = 50,272); the LP schemes override it.
+        An estimate for a 2-core laptop-class CPU, good to a factor of about 3."""
+        return SECONDS_PER_ENTRY * vocab_size * num_drafts
+
+    @classmethod
+    def check_size(cls, *, vocab_size: int, num_drafts: int, identical: bool = True, **params) -> None:
+        """Refuse a size the scheme cannot be built at (the default: every size can).
+
+        Raises:
+            ValueError: naming the size and a scheme that works at it.
+        """
+
+    @classmethod
+    def check_scale(cls, *, vocab_size: int, num_drafts: int, identical: bool = True, warn: bool = False,
+                    **params) -> None:
+        """Refuse a size the scheme cannot be built at (:meth:`check_size`), before any work; then,
+        if building is estimated to take more than :data:`SLOW_SECONDS`, refuse (a decoder calls
+        this before its first model call: it builds a scheme per position) or, with ``warn``
+        (the LP schemes' constructors), warn (:class:`SlowSchemeWarning`).
 
         Args:
             vocab_size: V.
             num_drafts: K.
             identical: whether the K drafts share one law.
+            warn: warn instead of refusing a slow build.
             **params: the scheme's own keyword arguments, as its constructor takes them.
 
         Raises:
-            ValueError: naming the size and a scheme that works at it.
+            ValueError: naming the size (and the estimate) and a scheme that works at it.
         """
+        cls.check_size(vocab_size=vocab_size, num_drafts=num_drafts, identical=identical, **params)
+        seconds = cls.estimate_seconds(vocab_size=vocab_size, num_drafts=num_drafts, identical=identical, **params)
+        if seconds <= SLOW_SECONDS:
+            return
+        slow = (f"scheme {cls.name!r} at V = {vocab_size}, K = {num_drafts} takes about {seconds:.2g} s to build "
+                "(a rough estimate from V and K)")
+        if not warn:
+            raise ValueError(f"{slow}, once per position: too slow to decode with; use {cls.faster}")
+        warnings.warn(f"{slow}; {cls.faster} is faster", SlowSchemeWarning, stacklevel=3)
 
     def _acceptance(self) -> float:
         raise NotImplementedError
