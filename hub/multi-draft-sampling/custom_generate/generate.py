@@ -18,18 +18,12 @@ def generate(model, inputs=None, generation_config=None, logits_processor=None, 
 
     It takes ``generate``'s own ``streamer=``, ``tokenizer=`` and ``stop_strings=`` (which a
     callable never receives), then runs ``generate`` with ``mspec.multi_draft_sampling`` and
-    the rest of the arguments (``draft_model=``, ``num_drafts=``, ... as there).
+    the rest of the arguments (``draft_model=``, ``num_drafts=``, ... as there), which refuses
+    what it cannot honour (an assistant model, negative prompts, beams, ...) before any model call.
 
     Raises:
-        ValueError: an argument the decoder cannot honour (an assistant model, a prefix
-            function, negative prompts), or stop strings without a tokenizer.
+        ValueError: stop strings without a tokenizer; an argument the method refuses.
     """
-    unsupported = {"assistant_model": assistant_model, "prefix_allowed_tokens_fn": prefix_allowed_tokens_fn,
-                   "negative_prompt_ids": negative_prompt_ids,
-                   "negative_prompt_attention_mask": negative_prompt_attention_mask}
-    given = sorted(name for name, value in unsupported.items() if value is not None)
-    if given:
-        raise ValueError(f"multi-draft sampling drafts with draft_model= and takes no {', '.join(given)}; drop it")
     tokenizer = kwargs.pop("tokenizer", None)
     stop_strings = kwargs.pop("stop_strings", None)
     if generation_config is not None and getattr(generation_config, "stop_strings", None):
@@ -38,6 +32,9 @@ def generate(model, inputs=None, generation_config=None, logits_processor=None, 
     if stop_strings is not None and tokenizer is None:
         raise ValueError("stop_strings= needs the tokenizer that reads them: pass tokenizer= to generate")
     return model.generate(inputs, generation_config=generation_config, logits_processor=logits_processor,
-                          stopping_criteria=stopping_criteria, synced_gpus=synced_gpus,
+                          stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
+                          synced_gpus=synced_gpus, assistant_model=assistant_model,
+                          negative_prompt_ids=negative_prompt_ids,
+                          negative_prompt_attention_mask=negative_prompt_attention_mask,
                           custom_generate=multi_draft_sampling, stream=streamer, stop_texts=stop_strings,
                           text_tokenizer=tokenizer if stop_strings is not None else None, **kwargs)
