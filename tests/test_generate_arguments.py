@@ -41,7 +41,7 @@ from transformers.generation.utils import GenerationMixin
 
 import mspec
 from mspec.lm.custom_generate import REFUSED_ARGUMENTS, REFUSED_FIELDS
-from mspec.lm.models import tiny_model
+from mspec_lab.models import tiny_model
 from mspec_lab.rounding import UNIT_ROUNDOFF
 
 # runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
