@@ -25,9 +25,15 @@ HEADER = ("Acceptance of each scheme, computed exactly: P(output is one of the K
           "on it. Every scheme is lossless (its output follows q exactly).")
 
 
+def demo_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m mspec`` (no options but ``--help``; the book's command-line
+    page is generated from it)."""
+    return argparse.ArgumentParser(prog="python -m mspec", description="The acceptance of every registered scheme "
+                                   "on a few small examples (no models needed). Paper notation: draft p, target q.")
+
+
 def main(argv=None):
-    argparse.ArgumentParser(prog="python -m mspec", description="The acceptance of every registered scheme on "
-                            "a few small examples (no models needed). Paper notation: draft p, target q.").parse_args(argv)
+    demo_parser().parse_args(argv)
     print(HEADER)
     names = [n for n in SCHEMES if n != "single"]
     for title, (p, q) in EXAMPLES.items():

@@ -16,7 +16,8 @@ import sys
 
 from mspec_lab.commands import COMMANDS, RENAMED_COMMANDS
 
-__all__ = ["COMMANDS", "OPTIONAL_PACKAGES", "main", "missing_packages", "renamed_message"]
+__all__ = ["COMMANDS", "OPTIONAL_PACKAGES", "command_parser", "main", "missing_packages", "overview_parser",
+           "renamed_message"]
 
 #: the optional packages a command may need: import name -> (distribution, extra of mspec
 #: that installs it), as in pyproject.toml (a test keeps the two in step)
@@ -78,7 +79,7 @@ def renamed_message(command: str) -> str:
             "(same options)")
 
 
-def _overview() -> argparse.ArgumentParser:
+def overview_parser() -> argparse.ArgumentParser:
     """The parser of ``python -m mspec_lab`` itself: the list of commands."""
     parser = argparse.ArgumentParser(
         prog="python -m mspec_lab", description="Speed benchmarks and the paper's experiments. A command that "
@@ -90,6 +91,15 @@ def _overview() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """The parser of ``python -m mspec_lab <name>``, with every option of the command (building
+    it may import the command's optional packages: check ``COMMANDS[name].packages`` first).
+    The book's command-line page is generated from these parsers."""
+    parser = argparse.ArgumentParser(prog=f"python -m mspec_lab {name}", description=COMMANDS[name].summary)
+    COMMANDS[name].add_arguments(parser)
+    return parser
+
+
 def main(argv=None) -> int:
     """Run a command; returns its exit status (2: a missing package or a usage error)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -97,14 +107,12 @@ def main(argv=None) -> int:
         print(renamed_message(argv[0]), file=sys.stderr)
         return 2
     if not argv or argv[0] not in COMMANDS:
-        _overview().parse_args(argv)  # prints the help, or the usage error, and exits
+        overview_parser().parse_args(argv)  # prints the help, or the usage error, and exits
         return 2
     name, command = argv[0], COMMANDS[argv[0]]
     missing = missing_packages(command.packages)  # before the options: building them may import these
     if not missing:
-        parser = argparse.ArgumentParser(prog=f"python -m mspec_lab {name}", description=command.summary)
-        command.add_arguments(parser)
-        args = parser.parse_args(argv[1:])
+        args = command_parser(name).parse_args(argv[1:])
         args.command, args.argv = name, argv[1:]  # argv: the options as typed, for the results' provenance
         missing = missing_packages(command.more_packages(args))
     if missing:

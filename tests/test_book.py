@@ -85,8 +85,6 @@ def toc_pages() -> list[str]:
 
 
 PAGES = toc_pages()
-#: pages with no formula, on which Sphinx loads no MathJax
-PAGES_WITHOUT_MATH = {"book/references"}
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
@@ -201,6 +199,11 @@ def page_markdown(page: str) -> str:
         cells = json.loads(nb.read_text())["cells"]
         return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     return (ROOT / f"{page}.md").read_text()
+
+
+#: pages with no formula, on which Sphinx loads no MathJax: the bibliography, and the API pages
+#: other than its index (docstrings write their formulas as code)
+PAGES_WITHOUT_MATH = {page for page in PAGES if not page.startswith("notebooks/") and "$" not in page_markdown(page)}
 
 
 def word_counts() -> dict[str, int]:
@@ -380,7 +383,8 @@ for (let n; (n = walker.nextNode());) {
   if (/[$\\]/.test(n.data)) texts.push(n.data);
 }
 const tex = new Map();
-for (const item of (MathJax.startup.document.math || [])) {
+const mathjax = window.MathJax && MathJax.startup && MathJax.startup.document;
+for (const item of ((mathjax && mathjax.math) || [])) {
   if (item.typesetRoot) tex.set(item.typesetRoot, item.math);
 }
 const displays = [...document.querySelectorAll('mjx-container[display="true"]')].map(m => {
@@ -415,9 +419,11 @@ return {texts, displays, blocks, figures};
 """
 
 
-def readability_problems(driver) -> list[str]:
+def readability_problems(driver, math: bool = True) -> list[str]:
+    """What does not read right on the loaded page; ``math=False``: a page without MathJax,
+    where a ``$`` is plain text (a command's ``$MSPEC_DATA_DIR``), not failed math."""
     report = driver.execute_script(PROBE)
-    problems = [f"raw TeX in the text: \"{t}\"" for t in raw_math(report["texts"])]
+    problems = [f"raw TeX in the text: \"{t}\"" for t in raw_math(report["texts"])] if math else []
     problems += [f"clipped equation {e}" for e in clipped_equations(report["displays"])]
     problems += [f"too wide: {b}" for b in wide_blocks(report["blocks"])]
     problems += figure_problems(report["figures"])
@@ -437,9 +443,11 @@ def test_page_renders_offline(site, browser, page):
     name = page.replace("/", "__")
 
     # math: MathJax (served from _static) typeset every formula
-    if page in PAGES_WITHOUT_MATH:  # the bibliography: Sphinx loads no MathJax there
+    if page in PAGES_WITHOUT_MATH:  # Sphinx loads no MathJax there
         assert not browser.find_elements(By.CSS_SELECTOR, ".math"), "math on a page without MathJax"
         assert browser.find_elements(By.CSS_SELECTOR, "article.bd-article h1"), "the page has no title"
+        problems = readability_problems(browser, math=False)
+        assert not problems, f"{page} does not read right:\n" + "\n".join(problems)
         _shot(browser, name)
         severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert not severe, "browser console errors:\n" + json.dumps(severe, indent=1)
@@ -591,3 +599,102 @@ def test_the_extension_moves_execution_reports_out_of_the_site(tmp_path):
     ext._move_reports(app, None)
     assert not (tmp_path / "html" / "reports").exists()
     assert (tmp_path / "reports" / "notebooks" / "09.err.log").read_text() == "CellExecutionError"
+
+
+# ---------------------------------------------------------------------------------------
+# the API reference (book/api/): found by public names, commands and options documented
+
+#: the largest an API page may be (the whole reference was one page of ~1 MB before it was split)
+MAX_API_PAGE_BYTES = 300_000
+#: dotted names the README and CONTRIBUTING write, in prose or code: ``mspec.make_scheme(``,
+#: ``mspec_lab.models`` (not file paths: ``mspec/fast/``)
+DOTTED_NAME = re.compile(r"(?<![\w./-])((?:mspec|mspec_lab)(?:\.[A-Za-z_]\w*)+)")
+#: ``from mspec_lab.models import load_pair``-style imports in their examples
+FROM_IMPORT = re.compile(r"^from ((?:mspec|mspec_lab)[\w.]*) import ([\w, ]+)$", re.M)
+
+
+def search_index() -> dict:
+    text = (HTML / "searchindex.js").read_text()
+    return json.loads(text[text.index("(") + 1: text.rindex(")")])
+
+
+def searchable_objects() -> dict[str, str]:
+    """``{full name: page}`` of every object the website's search finds by name."""
+    index = search_index()
+    return {f"{prefix}.{entry[4]}" if prefix else entry[4]: index["docnames"][entry[0]]
+            for prefix, entries in index["objects"].items() for entry in entries}
+
+
+def inventory() -> dict[str, str]:
+    """``{name: page}`` of every Python object a reference can point to (``objects.inv``),
+    aliases included (``mspec.registry.make_scheme`` for ``mspec.make_scheme``)."""
+    from sphinx.util.inventory import InventoryFile
+
+    with open(HTML / "objects.inv", "rb") as stream:
+        data = InventoryFile.load(stream, "", lambda base, uri: uri)
+    return {name: entry[2].partition("#")[0] for kind, entries in data.items() if kind.startswith("py:")
+            for name, entry in entries.items()}
+
+
+def public_names() -> list[str]:
+    """Every public name of ``mspec``: ``mspec.__all__`` and the names it imports on first use."""
+    import mspec
+
+    return [f"mspec.{name}" for name in [*mspec.__all__, *mspec._LAZY]]  # noqa: SLF001 -- the lazy names
+
+
+def readme_names() -> set[str]:
+    text = "\n".join((ROOT / name).read_text() for name in ("README.md", "CONTRIBUTING.md"))
+    names = set(DOTTED_NAME.findall(text))
+    for module, imported in FROM_IMPORT.findall(text):
+        names |= {f"{module}.{name.strip()}" for name in imported.split(",")}
+    return names
+
+
+def test_the_readme_names_are_read_from_the_readme():
+    names = readme_names()
+    assert {"mspec.make_scheme", "mspec.multi_draft_sampling", "mspec.SCHEMES", "mspec_lab.models.load_pair",
+            "mspec.lm.decoding.speculative_generate", "mspec.rounds.ROUND_RULES"} <= names
+    assert DOTTED_NAME.findall("`mspec.x(1)` and mspec_lab.y.z, not numpy.mspec.a or mspec/fast/b.py") == [
+        "mspec.x", "mspec_lab.y.z"]
+
+
+def test_every_public_name_is_found_by_that_name(site):
+    """The search box finds ``mspec.make_scheme`` and every other public name under the name
+    one imports it by, on a page of the API reference."""
+    found = searchable_objects()
+    missing = [name for name in public_names() if name not in found]
+    assert not missing, f"public names the search does not find by name: {missing}"
+    elsewhere = {name: found[name] for name in public_names() if not found[name].startswith("book/api/")}
+    assert not elsewhere, f"public names documented outside book/api/: {elsewhere}"
+
+
+def test_every_name_the_readme_writes_has_an_entry(site):
+    """Every dotted name of the README and CONTRIBUTING (``mspec.rounds.ROUND_RULES``,
+    ``mspec_lab.models.load_pair``, ``mspec.schemes.two_step.TwoStepScheme``) is a target of
+    the API reference: an entry, or another name of one."""
+    targets = inventory()
+    missing = sorted(name for name in readme_names() if not targets.get(name, "").startswith("book/api/"))
+    assert not missing, f"names the README writes without an entry in the API reference: {missing}"
+
+
+def test_every_command_and_option_is_documented(site):
+    """The command-line page has a section for every command of ``python -m mspec_lab``, with
+    every option of its parser in the search index (``mspec-lab gpu --dry-run``)."""
+    from mspec_lab.cli import COMMANDS, command_parser
+
+    page = (HTML / "book" / "api" / "cli.html").read_text()
+    found = searchable_objects()
+    for name in COMMANDS:
+        assert f'id="cli-python-m-mspec-lab-{name}"' in page, f"no section for python -m mspec_lab {name}"
+        options = {option for action in command_parser(name)._actions  # noqa: SLF001 -- the parser's options
+                   for option in action.option_strings if option.startswith("--") and option != "--help"}
+        documented = {full.rpartition(".")[2] for full in found if full.startswith(f"mspec-lab-{name}.")}
+        assert options <= documented, f"{name}: options without an entry: {sorted(options - documented)}"
+
+
+def test_the_api_pages_stay_small(site):
+    sizes = {path.name: path.stat().st_size for path in (HTML / "book" / "api").glob("*.html")}
+    assert len(sizes) >= 10, sizes
+    big = {name: size for name, size in sizes.items() if size > MAX_API_PAGE_BYTES}
+    assert not big, f"API pages over {MAX_API_PAGE_BYTES:,} bytes (split them): {big}"

@@ -9,7 +9,7 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-__all__ = ["COMPILED_STEP_WIDTH", "STATIC_CACHE_MULTIPLE"]
+__all__ = ["COMPILED_STEP_WIDTH", "STATIC_CACHE_MULTIPLE", "CachedModel", "StaticCachedModel", "model_device"]
 
 #: a static draft cache holds a multiple of this many positions (at least what the call
 #: needs), so calls of similar length share one buffer shape and a compiled draft step is
@@ -193,6 +193,7 @@ def compiled_call(model):
 
 
 def model_device(model) -> torch.device:
+    """The device of ``model``: ``model.device`` (transformers models), else its first parameter's."""
     device = getattr(model, "device", None)  # transformers models have it
     if isinstance(device, torch.device):
         return device

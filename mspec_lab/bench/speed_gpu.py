@@ -29,7 +29,7 @@ a few minutes:
 **Weights.** With the Hugging Face hub reachable (``weights="auto"``, the default) the real
 checkpoints are loaded (``load_pair("opt", ...)``; downloading opt-13b, about 26 GB, takes
 extra minutes); otherwise, or with ``weights="random"``, random-weight models of the real
-shapes (:func:`mspec.lm.models.opt_config`), built directly on the GPU in float16. Random
+shapes (:func:`mspec_lab.models.opt_config`), built directly on the GPU in float16. Random
 weights time exactly like real ones, but their acceptance and block efficiency mean nothing:
 use them for timing only (the output says which weights ran). A target too large for the GPU
 is skipped with the reason (:func:`mspec_lab.models.choose_opt_target`'s rule).
@@ -61,7 +61,8 @@ import time
 from mspec_lab.experiments import paper
 from mspec_lab.experiments.report import format_table, print_block
 
-__all__ = ["DEFAULT_TARGETS", "DRAFT", "PROJECTED_SCHEMES", "measure", "projected_speedup", "time_gpu"]
+__all__ = ["DEFAULT_TARGETS", "DRAFT", "DRY_RUN", "DRY_RUN_BANNER", "GPU_RUN", "PROJECTED_SCHEMES", "STATIC_DRAFT",
+           "measure", "projected_speedup", "time_gpu"]
 
 #: the paper's draft
 DRAFT = "facebook/opt-125m"
@@ -337,7 +338,7 @@ def measure(draft_model, target_model, prompt, s: dict) -> dict:
     Returns:
         ``rates``: method -> tokens per second; ``t_ar``: seconds per token of autoregressive
         decoding; ``split``: row label (``"K=2"``, ``"K=2 static"``, ...) -> the round split of
-        :func:`_round_split` with ``"k"`` added, for each K with the dynamic draft cache, then
+        ``_round_split`` with ``"k"`` added, for each K with the dynamic draft cache, then
         with :data:`STATIC_DRAFT` (a K whose static run failed is left out, with the reason
         printed); ``hf_assisted_label``: the rate key of HF assisted generation.
     """

@@ -48,7 +48,7 @@ from mspec.schemes.spectr import SpecTr
 from mspec_lab.synthetic import OPT_VOCAB_SIZE, lm_like_pair
 from mspec_lab.bench.timing import DRAFTED_TUPLES, call_times, cycling, median_time
 
-__all__ = ["OptimalSpeedSettings", "time_closed_form_and_is", "time_full_lp", "time_optimal",
+__all__ = ["OptimalSpeedSettings", "TEMPERATURE_ONLY", "time_closed_form_and_is", "time_full_lp", "time_optimal",
            "time_optimal_scaling", "time_real_distributions"]
 
 #: goal: the closed-form optimum at V = 50272, K = 2, in under this many seconds

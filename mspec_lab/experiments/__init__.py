@@ -34,10 +34,12 @@ row is appended to a CSV file as soon as it is computed, and a rerun resumes.
 
 Example (a notebook)::
 
-    from mspec_lab.experiments.acceptance import AcceptanceSettings, run_acceptance, summarize_acceptance
+    from mspec_lab.experiments.acceptance import (AcceptanceSettings, run_acceptance,
+                                                  summarize_acceptance)
     from mspec_lab.models import load_pair
 
-    run = run_acceptance(load_pair("smollm2"), AcceptanceSettings.quick(datasets=("dolly",)))
+    settings = AcceptanceSettings.quick(datasets=("dolly",))
+    run = run_acceptance(load_pair("smollm2"), settings)
     stats = summarize_acceptance(run)       # dataset -> scheme -> K -> mean, s.e., n
 
 Nothing is imported here, so ``import mspec_lab.experiments.paper`` stays light.

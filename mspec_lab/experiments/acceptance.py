@@ -45,9 +45,9 @@ from mspec_lab.experiments.report import (ORDERING_NOTE, SMOKE_TEST_LINE, fmt, f
                                           print_smoke_banner, smoke_test_fields, write_html, write_json)
 from mspec_lab.experiments.results import ResultTable, RowBudget, mean_se
 
-__all__ = ["AcceptanceRun", "AcceptanceSettings", "TABLE3_ROWS", "check_ordering", "collect_distributions",
-           "collect_logits", "FileCheck", "check_against_file",
-           "print_table3", "report_acceptance", "run_acceptance", "summarize_acceptance", "token_acceptance"]
+__all__ = ["AcceptanceRun", "AcceptanceSettings", "ROW_FIELDS", "TABLE3_ROWS", "check_ordering",
+           "collect_distributions", "collect_logits", "FileCheck", "check_against_file", "print_table3",
+           "report_acceptance", "run_acceptance", "summarize_acceptance", "token_acceptance"]
 
 #: rows of our Table 3, in print order: the compared schemes, then one draft for reference
 TABLE3_ROWS = (*paper.COMPARED_SCHEMES, "single")

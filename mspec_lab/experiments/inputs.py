@@ -14,8 +14,8 @@ from typing import ClassVar
 
 from mspec_lab.data import DATASETS
 
-__all__ = ["DATASETS", "DATA_SOURCES", "DEFAULT_DRAFT_TEMPERATURE", "Prompt", "checked_choices",
-           "derived_seed", "load_dataset_prompts", "with_progress"]
+__all__ = ["DATASETS", "DATA_SOURCES", "DEFAULT_DRAFT_TEMPERATURE", "Prompt", "SharedSettings",
+           "TOKENLESS_PROMPT_LENGTH", "checked_choices", "derived_seed", "load_dataset_prompts", "with_progress"]
 
 #: where prompts come from (:func:`mspec_lab.data.load_prompts`' ``source``)
 DATA_SOURCES = ("auto", "local", "hub", "builtin")

@@ -41,8 +41,8 @@ from mspec_lab.experiments.inputs import (SharedSettings, DATASETS, Prompt, chec
 from mspec_lab.experiments.report import pair_label
 from mspec_lab.experiments.results import ResultTable, RowBudget, mean_se, ratio_se
 
-__all__ = ["AUTOREGRESSIVE", "DecodingRun", "DecodingSettings", "EXPERIMENTS", "NONIDENTICAL_SCHEMES",
-           "generate_row", "run_decoding", "summarize_decoding"]
+__all__ = ["AUTOREGRESSIVE", "DECODING_CONFIG_FIELDS", "DECODING_VALUE_FIELDS", "DecodingRun", "DecodingSettings",
+           "EXPERIMENTS", "NONIDENTICAL_SCHEMES", "generate_row", "run_decoding", "summarize_decoding", "timing"]
 
 EXPERIMENTS = ("drafts", "temperature", "nonidentical", "topk", "truncation")
 #: the compared schemes that accept non-identical drafts (Figure 4)

@@ -47,8 +47,9 @@ from mspec_lab.experiments.report import (fmt, format_table, pair_label, print_b
                                           sample_note, smoke_test_fields, write_json)
 from mspec_lab.experiments.results import ResultTable, RowBudget
 
-__all__ = ["MIN_PAIRS", "ROUND_SCHEMES", "TEST_LEVEL", "PairedTest", "RoundsRun", "RoundsSettings", "behind_lines",
-           "cluster_mean_se", "control_adjusted", "paired_t_test", "report_rounds", "run_rounds", "summarize_rounds"]
+__all__ = ["MIN_PAIRS", "ROUNDS_PER_CONTROL", "ROUND_SCHEMES", "SCHEME_VARIANTS", "TEST_LEVEL", "PairedTest",
+           "RoundsRun", "RoundsSettings", "behind_lines", "cluster_mean_se", "control_adjusted", "paired_t_test",
+           "report_rounds", "run_rounds", "summarize_rounds"]
 
 ROUNDS_CONFIG_FIELDS = ["preset", "dataset", "prompt", "seed", "reference", "method", "num_drafts", "draft_length",
                  "draft_temperature", "target_temperature", "max_new_tokens"]

@@ -61,6 +61,8 @@ from mspec_lab.experiments.results import RowBudget
 __all__ = [
     "PAPER_RUN_RESULTS",
     "REGIMES",
+    "ROUNDS_MIN_GENERATIONS",
+    "ROUNDS_TOLERANCE_SE",
     "SCHEMA",
     "PaperRunSettings",
     "check_results",

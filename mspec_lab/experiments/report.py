@@ -6,10 +6,11 @@ its numbers rest on (:func:`sample_note`). Quick settings (``--quick``) are a sm
 the pipeline: every report says so first, under each table (:func:`print_block` with
 ``smoke_test=True``) and in the files it writes (:func:`smoke_test_fields`).
 
->>> print(format_table(["scheme", "K=2", "K=4"], [["is-ratio", fmt(0.6348, 0.004, 3, n=8), fmt(0.71, None, 3, n=1)]]))
-scheme  K=2          K=4
-------  -----------  ----------------------
-is      0.635±0.004  0.710 (n = 1, no s.e.)
+>>> rows = [["is-ratio", fmt(0.6348, 0.004, 3, n=8), fmt(0.71, None, 3, n=1)]]
+>>> print(format_table(["scheme", "K=2", "K=4"], rows))
+scheme    K=2          K=4
+--------  -----------  ----------------------
+is-ratio  0.635±0.004  0.710 (n = 1, no s.e.)
 """
 
 from __future__ import annotations

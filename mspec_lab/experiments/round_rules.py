@@ -128,7 +128,7 @@ def run_round_rules(pair, settings: RoundRulesSettings | None = None, *, progres
     """Score every rule on the rounds of the reference generations.
 
     Returns:
-        ``{dataset: {"values": {(method, K): (n,) expected tokens per round},
+        dict: ``{dataset: {"values": {(method, K): (n,) expected tokens per round},
         "groups": (n,) the reference generation of each round}}``.
     """
     s = settings or RoundRulesSettings()
@@ -184,7 +184,7 @@ def time_round_rules(pair, settings: RoundRulesSettings | None = None, *, tokens
     distributions to its output tokens, copies to numpy included) and the caches.
 
     Returns:
-        One record per (K, method): ``rounds``, mean ``verify_ms`` and ``target_ms`` per
+        list: one record per (K, method): ``rounds``, mean ``verify_ms`` and ``target_ms`` per
         round, and ``share`` = verify / target.
     """
     import torch
