@@ -3,10 +3,12 @@
 * :class:`ModelPair` and :func:`make_pair`: any two causal LMs (Hugging Face or not) with
   one vocabulary, the input of :func:`mspec.lm.decoding.speculative_generate`.
 * :func:`early_exit_model`: a draft made of a target's first layers (shares its weights).
-* :func:`tiny_model`: a tiny random-weight OPT model, the offline model of the tests.
+* :func:`guard_shared_weights`: a draft that shares a target's modules refuses to move or
+  cast them through the draft alone.
 
 Loading pairs by name (the offline SmolLM2 default, the paper's OPT models from the hub,
-GPU planning) is the workshop's: :func:`mspec_lab.models.load_pair`.
+GPU planning) and the tiny random-weight models of the tests are the workshop's:
+:func:`mspec_lab.models.load_pair`, :func:`mspec_lab.models.tiny_model`.
 """
 
 from __future__ import annotations
