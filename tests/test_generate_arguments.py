@@ -24,14 +24,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models as token_models
 from transformers import (CompileConfig, DynamicCache, EncoderNoRepeatNGramLogitsProcessor,
                           EncoderRepetitionPenaltyLogitsProcessor, EpsilonLogitsWarper, EtaLogitsWarper,
                           ExponentialDecayLengthPenalty, ForcedBOSTokenLogitsProcessor, ForcedEOSTokenLogitsProcessor,
                           GenerationConfig, InfNanRemoveLogitsProcessor, LogitNormalization, LogitsProcessor,
                           LogitsProcessorList, MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor,
                           MinPLogitsWarper, NoBadWordsLogitsProcessor, NoRepeatNGramLogitsProcessor,
-                          PrefixConstrainedLogitsProcessor, PreTrainedTokenizerFast, RepetitionPenaltyLogitsProcessor,
+                          PrefixConstrainedLogitsProcessor, RepetitionPenaltyLogitsProcessor,
                           SequenceBiasLogitsProcessor, StoppingCriteria, StoppingCriteriaList,
                           SuppressTokensAtBeginLogitsProcessor, SuppressTokensLogitsProcessor,
                           SynthIDTextWatermarkingConfig, TemperatureLogitsWarper, TopHLogitsWarper, TopKLogitsWarper,
@@ -42,6 +41,7 @@ from transformers.generation.utils import GenerationMixin
 import mspec
 from mspec.lm.custom_generate import REFUSED_ARGUMENTS, REFUSED_FIELDS
 from mspec_lab.models import tiny_model
+from test_custom_generate import Recorder, tok  # noqa: F401 -- tok: the letters tokenizer fixture
 from mspec_lab.rounding import UNIT_ROUNDOFF
 
 # runs language models or float32 torch kernels: CI runs it on two kernel paths (.ci/run)
@@ -57,14 +57,6 @@ V = 16
 @pytest.fixture(scope="module")
 def pair():
     return tiny_model(seed=1), tiny_model(seed=0)  # draft, target
-
-
-@pytest.fixture(scope="module")
-def tok():
-    """A tokenizer of 16 letters, id i the (i + 1)-th letter; eos "c" (2), padding "b" (1)."""
-    letters = Tokenizer(token_models.BPE({c: i for i, c in enumerate("abcdefghijklmnop")}, merges=[]))
-    letters.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=letters, eos_token="c", pad_token="b")
 
 
 def run(pair, prompt=PROMPT, **kwargs):
@@ -334,19 +326,6 @@ REFUSED = [
     ("position_ids", dict(position_ids=torch.tensor([[0, 2, 4]])), "drop position_ids"),
     ("cache", dict(cache=filled_cache), "cannot continue a filled one"),
 ]
-
-
-class Recorder:
-    """A streamer that records what it is given."""
-
-    def __init__(self):
-        self.chunks, self.ended = [], 0
-
-    def put(self, ids):
-        self.chunks.append(ids.reshape(-1).tolist())
-
-    def end(self):
-        self.ended += 1
 
 
 @pytest.mark.parametrize("name, kwargs, match", REFUSED, ids=[f"{c[0]}-{i}" for i, c in enumerate(REFUSED)])
