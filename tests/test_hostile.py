@@ -115,6 +115,8 @@ def check_acceptance(name, rule, acceptance, enumerated):
         assert abs(acceptance - np.minimum(rule.draft, rule.target).sum()) <= 1e-15
 
 
+# enumerating up to 4^16 tuples takes seconds, knowingly: no SlowSchemeWarning for it
+@pytest.mark.filterwarnings("ignore::mspec.SlowSchemeWarning")
 @pytest.mark.parametrize(("name", "k"), [(name, k) for name in ("specinfer", "spectr") for k in (8, 12, 16)]
                          + [(name, k) for name in ("optimal", "optimal-tokens", "is-ratio", "is") for k in (6, 10)])
 def test_exact_law_with_many_drafts(name, k):

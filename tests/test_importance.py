@@ -192,6 +192,8 @@ def test_every_path_size_on_hostile_inputs(size, family):
             assert_exact_law(rule, target, atol=1e-12)
 
 
+# enumerating up to 4^16 tuples takes seconds, knowingly: no SlowSchemeWarning for it
+@pytest.mark.filterwarnings("ignore::mspec.SlowSchemeWarning")
 @pytest.mark.parametrize(("k", "family"), [(8, "truncated"), (8, "one-hot"), (8, "tiny"), (16, "tiny")])
 def test_exact_law_with_many_drafts(k, family):
     """V = 2: 2^K draft tuples (K = 16 on the subnormal family only: 65536 tuples)."""
