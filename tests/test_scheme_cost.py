@@ -95,3 +95,12 @@ def test_a_long_enumeration_warns_with_its_projection():
         warnings.simplefilter("error", SlowSchemeWarning)
         law, _ = mspec.output_distribution(small)
     np.testing.assert_allclose(law, small.target, atol=1e-12)
+
+
+def test_a_slow_build_warns_and_still_builds():
+    """The warning is advice: the scheme is built (a few seconds here) and exact."""
+    draft, target = uniform_and_peaked(20)
+    with pytest.warns(SlowSchemeWarning, match="takes about"):
+        rule = OptimalLP(draft=draft, target=target, num_drafts=3)
+    assert rule.acceptance() == pytest.approx(mspec.optimal_acceptance(draft=draft, target=target, num_drafts=3),
+                                              abs=1e-9)

@@ -155,7 +155,7 @@ def solve_optimal_lp(*, draft, target, num_drafts=None, max_variables: int = MAX
     draft, target, k = check_draft_target(draft, target, num_drafts)
     vocab = target.shape[0]
     worth = _check_worth(worth, vocab, k)
-    OptimalLP.check_scale(vocab_size=vocab, num_drafts=k, max_variables=max_variables)
+    OptimalLP.check_size(vocab_size=vocab, num_drafts=k, max_variables=max_variables)
     tuples, probs = draft_tuples(draft, k)
     gain = _gain(tuples, vocab, worth)
     lp = TransportLP.build(probs, target, gain)
