@@ -38,7 +38,8 @@ from scipy.optimize import linprog
 MAX_LP_VARIABLES = 2_000_000
 
 #: seconds HiGHS takes on the package's LPs, ``c * variables^alpha`` per LP family: fitted
-#: from 1 to 20 s on a 2-core x86 CPU (``python -m mspec_lab optimal`` times LPs too)
+#: from 0.1 to 20 s on a busy 2-core x86 CPU, so on the slow side (an idle run took 0.15 to
+#: 0.65 of it); ``python -m mspec_lab optimal`` times the LPs on the reader's machine
 LP_SECONDS = {"transport": (2.7e-6, 1.25), "pairs": (3.6e-10, 2.49), "tuples": (1.0e-6, 1.37)}
 
 #: HiGHS options: tighter than the defaults (1e-7) so the LP solution needs little repair

@@ -199,7 +199,8 @@ class SelectionScheme:
     def estimate_seconds(cls, *, vocab_size: int, num_drafts: int, identical: bool = True, **params) -> float:
         """Rough seconds to build the scheme for one position, from (V, K) alone: a few passes
         over the vocabulary by default (milliseconds at V = 50,272); the LP schemes override it.
-        An estimate for a 2-core laptop-class CPU, good to a factor of about 3."""
+        An estimate for a 2-core laptop-class CPU; an LP's real time also depends on the laws
+        (measured: from 0.15 to 0.65 times the estimate), so the estimate errs on the slow side."""
         return SECONDS_PER_ENTRY * vocab_size * num_drafts
 
     @classmethod
