@@ -99,8 +99,10 @@ def test_a_parser_becomes_options_with_their_defaults_and_choices():
     assert ".. option:: --quick\n\n   a smoke test\n" in rst  # no "Default: False"
     assert ".. rubric:: live decoding\n\n.. option:: --top-k [TOP_K]" in rst
     assert ".. option:: --only ONLY [ONLY ...]\n\n   experiments (one of: drafts, temperature, nonidentical)" in rst
-    assert "--help" not in rst.replace("See also --help.", "")
-    assert rst.index(".. code-block:: text") < rst.index(".. option::") < rst.index("See also --help.")
+    # the epilog's "--help", escaped so that smart quotes do not make an en dash of it
+    assert "--help" not in rst.replace("See also \\-\\-help.", "")
+    assert rst.index(".. code-block:: text") < rst.index(".. option::") < rst.index("See also \\-\\-help.")
+    assert ext.rst_text("run --quick, then a_b") == "run \\-\\-quick, then a\\_b"
 
 
 def test_usage_lines_fit_the_column_and_keep_each_option_whole():

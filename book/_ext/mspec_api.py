@@ -510,8 +510,9 @@ _RST_SPECIAL = re.compile(r"([\\*`|_])")
 
 
 def rst_text(text: str) -> str:
-    """Plain text as rST inline text: markup characters escaped, whitespace folded."""
-    return _RST_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+    """Plain text as rST inline text: markup characters escaped, whitespace folded, and ``--``
+    escaped so that Sphinx's smart quotes keep an option's ``--help`` (not an en dash)."""
+    return _RST_SPECIAL.sub(r"\\\1", " ".join(str(text).split())).replace("--", "\\-\\-")
 
 
 #: choices longer than this (joined) are listed in an option's text, not in its signature
