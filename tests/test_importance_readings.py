@@ -1,9 +1,9 @@
 """The readings of the paper's IS scheme (``"is"``): what its default does and where it is exact.
 
 Paper notation: drafts X_i ~ p (``draft``), target q (``target``); ``s`` LP tokens. The default
-(``alphabet=None``) ranks the whole vocabulary by ``sigma = q - p_1 p_2``, as the paper's text
-and the public reimplementation Rmuk655/Distill-Spec-Research (``verifiers/khisti.py``) do; a
-truncated ``alphabet`` is our option. Measured facts pinned here:
+(``alphabet=None``) ranks the whole vocabulary by ``sigma = q - p_1 p_2``, as the public
+reimplementation Rmuk655/Distill-Spec-Research (``verifiers/khisti.py``) does; a truncated
+``alphabet`` is our option (the paper's Table 2 truncates without stating the rule). Measured facts pinned here:
 
 * K = 2: "is" is optimal whenever at most ``s`` tokens have ``sigma > 0``. A token with
   ``sigma <= 0`` gets ``p_I >= p_1 p_2 >= q`` from "both drafts are x" alone, so what it loses

@@ -11,7 +11,7 @@ For two drafts ``X_1 ~ p_1``, ``X_2 ~ p_2`` (identical drafts: ``p_1 = p_2 = p``
 
 1. **Ranking.** Tokens sorted by ``sigma(x) = q(x) - p_1(x) p_2(x)``, highest first *(paper;
    ties to the lower token id: ours)*. By default (``alphabet=None``) the whole vocabulary is
-   ranked *(reimpl.: no cut)*. ``L`` = the top ``s`` (default 5, the paper's Table 2).
+   ranked *(reimpl.: no cut; the same LP, so the same acceptance at K = 2)*. ``L`` = the top ``s`` (default 5, the paper's Table 2).
 2. **Alphabet truncation (option, ours).** ``alphabet=n`` ranks only the ``n`` tokens of
    most mass ``q + p_1 + p_2`` *(the paper's Table 2 ablates a truncation 10/40/50 without
    its rule; the mass and the rule for tokens outside are ours)*; ``DEFAULT_ALPHABET`` = 40.
