@@ -1,46 +1,46 @@
-"""The paper's IS scheme as published: rank by ``sigma``, a truncated LP, the higher rank wins.
+"""The paper's IS scheme: rank by ``sigma``, a truncated LP, the higher rank wins.
 
 Khisti et al., ICLR 2025, Section 4 "Faster importance weighted speculative sampling"
-(Algorithm 1), **as we read it**: every point the paper leaves open is marked *(reading)* or
-*(choice, ours)* below and in the code. This module is whole in itself:
-our variant with named deviations (a ratio priority, a coin-flip mix, a deficit rule, ratio
-bins), :mod:`mspec.fast.importance_ratio` (``"is-ratio"``), builds on its pieces.
+(Algorithm 1 and its Appendix I / Algorithm 2). Each point is marked with its source:
+*(paper)* the paper's text, *(reimpl.)* the one public reimplementation that cites Appendix I
+(GitHub Rmuk655/Distill-Spec-Research, ``verifiers/khisti.py``), *(ours)* our choice.
+:mod:`mspec.fast.importance_ratio` (``"is-ratio"``, our variant) builds on these pieces.
 
 For two drafts ``X_1 ~ p_1``, ``X_2 ~ p_2`` (identical drafts: ``p_1 = p_2 = p``) and target
 ``q``, one :class:`PairStage` selects one of the two tokens:
 
-1. **Alphabet truncation.** Only the ``alphabet`` tokens of most mass ``q + p_1 + p_2`` are
-   ranked *(reading: the paper keeps "the highest-probability tokens" without saying of which
-   distribution)*; default 40, the best setting of the paper's Table 2.
-2. **Ranking.** The alphabet tokens sorted by ``sigma(x) = q(x) - p_1(x) p_2(x)``, highest
-   first *(choice, ours: ties go to the lower token id)*. ``L`` = the top ``s`` (default 5,
-   Table 2).
-3. **Truncated LP.** For ordered pairs ``(x_1, x_2)`` of distinct tokens of ``L`` the weights
-   ``w(x_1, x_2) = P(select x_1)`` are LP variables maximising
-   ``sum_{y in L} min(q(y), p_I(y))``. *(Implementation choice: the paper calls an LP solver;
-   we solve the same LP exactly as a maximum flow, which reaches the same optimum:*
-   :func:`truncated_lp_weights` *.)*
+1. **Ranking.** Tokens sorted by ``sigma(x) = q(x) - p_1(x) p_2(x)``, highest first *(paper;
+   ties to the lower token id: ours)*. By default (``alphabet=None``) the whole vocabulary is
+   ranked *(reimpl.: no cut; the same LP, so the same acceptance at K = 2)*. ``L`` = the top ``s`` (default 5, the paper's Table 2).
+2. **Alphabet truncation (option, ours).** ``alphabet=n`` ranks only the ``n`` tokens of
+   most mass ``q + p_1 + p_2`` *(the paper's Table 2 ablates a truncation 10/40/50 without
+   its rule; the mass and the rule for tokens outside are ours)*; ``DEFAULT_ALPHABET`` = 40.
+3. **Truncated LP** *(paper)*. For ordered pairs ``(x_1, x_2)`` of distinct tokens of ``L``
+   the weights ``w(x_1, x_2) = P(select x_1)`` are LP variables maximising
+   ``sum_{y in L} min(q(y), p_I(y))``; solved exactly as a maximum flow, the same optimum
+   *(ours: the paper calls an LP solver)*: :func:`truncated_lp_weights`.
 4. **Fixed rule** for every other pair ``x_1 != x_2``: the token ranked higher by ``sigma``
-   is selected; an alphabet token beats a token outside the alphabet; of two tokens outside
-   the alphabet the first draft's ``x_1`` is kept *(choice, ours: the paper ranks the alphabet
-   only)*. ``x_1 = x_2`` selects that token.
+   is selected *(paper)*; with an alphabet, an alphabet token beats a token outside it and
+   of two tokens outside the first draft's ``x_1`` is kept *(ours)*. ``x_1 = x_2`` selects
+   that token.
 5. **p_I in closed form** from the weights actually used. With ``P_j(after y)`` the
-   ``p_j``-mass of the alphabet tokens ranked after ``y`` plus all tokens outside it (``O``):
-   ``p_I(y) = p_1(y) (p_2(y) + P_2(after y)) + p_2(y) P_1(after y)`` for an alphabet token,
+   ``p_j``-mass of the ranked tokens after ``y`` plus all tokens outside the alphabet (``O``):
+   ``p_I(y) = p_1(y) (p_2(y) + P_2(after y)) + p_2(y) P_1(after y)`` for a ranked token,
    ``p_I(y) = p_1(y) p_2(O)`` for ``y`` outside; the pairs inside ``L`` are then replaced by
    the LP's weights (:func:`solve_lp_pairs`). So the scheme is
    exactly lossless for any ``s`` and ``alphabet``.
-6. **K > 2 drafts** *(reading of the paper's successive pairwise selection)*: ``Y_1 = X_1``;
-   stage ``k`` selects between ``Y_{k-1}`` (law ``p_I^(k-1)``) and ``X_k ~ p_k`` by the same
-   rule, with ``p_1 := p_I^(k-1)``, ``p_2 := p_k``. ``Y_{k-1}`` depends on ``X_1..X_{k-1}``
-   only, so each stage is a valid two-draft selection.
+6. **K > 2 drafts** *(our reading of the paper's successive pairwise selection)*:
+   ``Y_1 = X_1``; stage ``k`` selects between ``Y_{k-1}`` (law ``p_I^(k-1)``) and
+   ``X_k ~ p_k`` by the same rule, with ``p_1 := p_I^(k-1)``, ``p_2 := p_k``. ``Y_{k-1}``
+   depends on ``X_1..X_{k-1}`` only, so each stage is a valid two-draft selection. A strict
+   priority has no brake, so acceptance can *fall* as drafts are added (chapter 6).
 7. **Single-draft speculative sampling** from ``p_I = p_I^(K)`` to ``q``
    (:class:`~mspec.schemes.two_step.TwoStepScheme`); ``acceptance()`` is
    ``sum_y min(q(y), p_I(y))``.
 
-With ``s >= V`` (and so ``alphabet >= V``) every pair is an LP pair and the stage is the full
-canonical LP: optimal for K = 2. With ``s < V`` the fixed rule can fall short even when
-``p = q`` (it favours the high-``sigma`` tokens), so the acceptance is then below 1.
+With ``s >= V`` every pair is an LP pair and the stage is the full canonical LP: optimal for
+K = 2; so is a pair whose supports together hold at most ``s`` tokens (with the whole
+ranking). With ``s < V`` the fixed rule can fall short even when ``p = q``.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ import numpy as np
 from mspec.schemes.two_step import TwoStepScheme
 
 
-#: LP tokens ``s`` and ranked tokens ``alphabet`` per stage by default: larger values move
-#: the acceptance by about 0.01 at most on LM-shaped pairs (chapter 6), and cost time
+#: LP tokens ``s`` per stage by default; ``DEFAULT_ALPHABET``: the truncation of ``"is-ratio"``
+#: (its default) and Table 2's setting; ``"is"`` ranks the whole vocabulary by default
 DEFAULT_LP_TOKENS, DEFAULT_ALPHABET = 5, 40
 
 
@@ -215,7 +215,7 @@ class PairStage:
 
     def __init__(self, p1: np.ndarray, p2: np.ndarray, target: np.ndarray, s: int, alphabet: int):
         self.p1, self.p2, self.target = p1, p2, target
-        alpha = alphabet_tokens(target + (p1 + p2), alphabet)  # (reading) the mass q + p1 + p2
+        alpha = alphabet_tokens(target + (p1 + p2), alphabet)  # (ours) the mass q + p1 + p2
         sigma = target[alpha] - p1[alpha] * p2[alpha]
         self.ranked = rank_by_sigma(alpha, sigma)  # (choice, ours) ties: lower token id first
         self.lp_tokens = self.ranked[:s]
@@ -264,7 +264,8 @@ class PairwiseStages(TwoStepScheme):
     stages: list
 
     def _set_sizes(self, s, alphabet) -> None:
-        """Check ``s`` and ``alphabet`` and set them, capped at V."""
+        """Check ``s`` and ``alphabet`` (``None``: the whole vocabulary) and set them, capped at V."""
+        alphabet = self.vocab_size if alphabet is None else alphabet
         for arg, value in (("s", s), ("alphabet", alphabet)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"`{arg}` must be an integer >= 1, got {value!r}")
@@ -306,8 +307,8 @@ class ImportanceSampling(PairwiseStages):
         target: ``(V,)``.
         num_drafts: K (K = 1 is single-draft speculative sampling).
         s: LP tokens per stage, an integer ``>= 1`` (default 5); values above V act as V.
-        alphabet: ranked tokens per stage, an integer ``>= s`` (default 40); values above V
-            act as V.
+        alphabet: ranked tokens per stage: ``None`` (default) ranks the whole vocabulary; an
+            integer ``>= s`` truncates (our rule, see the module); values above V act as V.
 
     Attributes:
         stages: the ``K - 1`` :class:`PairStage` selections.
@@ -317,7 +318,7 @@ class ImportanceSampling(PairwiseStages):
     name = "is"
 
     def __init__(self, *, draft, target, num_drafts=None, s: int = DEFAULT_LP_TOKENS,
-                 alphabet: int = DEFAULT_ALPHABET):
+                 alphabet: int | None = None):
         super().__init__(draft=draft, target=target, num_drafts=num_drafts)
         self._set_sizes(s, alphabet)
         self.stages: list[PairStage] = []
