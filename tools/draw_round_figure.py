@@ -1,7 +1,7 @@
 """Draw chapter 1's figure of one draft-and-verify round: book/_static/draft_verify_round.svg.
 
 A plain SVG (no plotly: chapter 1 is a markdown page, read without a kernel), drawn in one
-column 600 units wide so that it still reads when a phone shrinks it to about 350 px.
+column 444 units wide so that it still reads when a phone shrinks it to about 350 px.
 Run ``python tools/draw_round_figure.py`` after changing it, and commit both files.
 """
 
@@ -11,17 +11,18 @@ from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "book" / "_static" / "draft_verify_round.svg"
 
-WIDTH = 600
+WIDTH = 444
 FONT = "font-family='DejaVu Sans, Helvetica, Arial, sans-serif'"
 GREY, DRAFT, TARGET = "#e8e8e8", "#d6e6f5", "#fde3c8"
-GOOD, BAD, INK = "#2e7d32", "#c62828", "#222222"
+ACCEPT_FILL, REJECT_FILL = "#dcefdc", "#f7dada"
+GOOD, BAD, INK, SOFT = "#2e7d32", "#c62828", "#222222", "#555555"
 
 CONTEXT = "The cat sat"
 DRAFTED = ["on", "the", "mat", "and"]
 ACCEPTED = 2  # "on", "the" accepted; "mat" rejected, so "and" is discarded
 CORRECTION = "rug"
 
-X0, CTX_W, COL_W, GAP = 10, 112, 86, 8  # the context box, then one column per position
+X0, CTX_W, COL_W, GAP = 4, 96, 62, 6  # the context box, then one column per position
 SUB = "₀₁₂₃₄₅₆₇₈₉"
 
 
@@ -57,59 +58,62 @@ def arrow(x1, y1, x2, y2, color=INK):
 
 
 def tokens_row(y, marks=False):
-    out = box(X0, y, CTX_W, 44, GREY, CONTEXT, size=18)
+    """The context and the drafted tokens; with ``marks``, as the verification left them."""
+    out = box(X0, y, CTX_W, 44, GREY, CONTEXT, size=15)
     for i, tok in enumerate(DRAFTED):
-        fill = "#ffffff" if marks and i > ACCEPTED else DRAFT
-        color = "#9e9e9e" if marks and i > ACCEPTED else INK
-        out += box(col(i), y, COL_W, 44, fill, tok, size=20, color=color,
-                   strike=marks and i == ACCEPTED, dash="5 4" if marks and i > ACCEPTED else "")
-        if marks and i < ACCEPTED:
-            out += note(col(i) + COL_W - 17, y + 17, "✓", size=18, color=GOOD)
-        if marks and i == ACCEPTED:
-            out += note(col(i) + COL_W - 17, y + 17, "✗", size=18, color=BAD)
+        if not marks:
+            out += box(col(i), y, COL_W, 44, DRAFT, tok, size=19)
+        elif i < ACCEPTED:
+            out += box(col(i), y, COL_W, 44, ACCEPT_FILL, f"{tok} ✓", stroke=GOOD, size=17)
+        elif i == ACCEPTED:
+            out += box(col(i), y, COL_W, 44, REJECT_FILL, f"{tok} ✗", stroke=BAD, size=17)
+        else:
+            out += box(col(i), y, COL_W, 44, "#ffffff", tok, stroke="#9e9e9e", dash="5 4",
+                       size=17, color="#9e9e9e")
     return out
 
 
 def draw() -> str:
     s = []
     # 1. draft
-    s += label(28, 1, "Draft: the small model p proposes L = 4 tokens")
-    s += tokens_row(44)
+    s += label(26, 1, "Draft: p proposes L = 4 tokens")
+    s += tokens_row(40)
     for i in range(len(DRAFTED)):  # each drafted token is fed back to draft the next
         x = col(i) - GAP - (CTX_W if i == 0 else COL_W) / 2
-        s += [f"<path d='M {x} 92 Q {(x + col(i) + COL_W / 2) / 2} 112 "
-              f"{col(i) + COL_W / 2 - 6} 94' fill='none' stroke='#1f4e79' "
+        s += [f"<path d='M {x} 88 Q {(x + col(i) + COL_W / 2) / 2} 108 "
+              f"{col(i) + COL_W / 2 - 6} 90' fill='none' stroke='#1f4e79' "
               f"stroke-width='1.5' marker-end='url(#head)'/>"]
-    s += note(X0, 134, "one cheap pass of p per token, each fed the tokens before it",
-              size=15, color="#1f4e79")
+    s += note(X0, 132, "one cheap pass of p per token,", size=16, color="#1f4e79")
+    s += note(X0, 152, "each fed the tokens before it", size=16, color="#1f4e79")
     # 2. verify
-    s += label(176, 2, "Verify: one pass of the target q scores all")
-    s += note(X0 + 25, 200, "L + 1 positions at once", size=19)
-    s += box(X0, 214, WIDTH - 2 * X0, 40, TARGET, "target model q: one forward pass",
-             size=18)
+    s += label(194, 2, "Verify: one pass of the target q")
+    s += [f"<text x='{X0 + 22}' y='216' font-size='19' font-weight='bold' fill='{INK}'>"
+          "scores all L + 1 positions</text>"]
+    s += box(X0, 230, WIDTH - 2 * X0, 38, TARGET, "target q: one forward pass", size=17)
     for i in range(len(DRAFTED) + 1):
         cx = col(i) + COL_W / 2
-        s += arrow(cx, 254, cx, 274)
-        s += note(cx, 294, f"q{SUB[i + 1]}", size=19, anchor="middle")
-    s += note(col(4) + COL_W / 2, 316, "(bonus)", size=14, color="#555555", anchor="middle")
-    s += note(X0, 294, "laws of", size=15)
-    s += note(X0, 314, "each token:", size=15)
+        s += arrow(cx, 268, cx, 286)
+        s += note(cx, 308, f"q{SUB[i + 1]}", size=19, anchor="middle")
+    s += note(col(4) + COL_W / 2, 328, "(bonus)", size=14, color=SOFT, anchor="middle")
+    s += note(X0, 304, "laws of the", size=15, color=SOFT)
+    s += note(X0, 322, "next token:", size=15, color=SOFT)
     # 3. accept a prefix, one more token
-    s += label(356, 3, "Accept a prefix; add one token from q")
-    s += note(X0, 380, "token i is kept with probability min(1, q(xᵢ)/p(xᵢ)), up to the first "
-              "rejection", size=15, color="#555555")
-    s += tokens_row(394, marks=True)
-    s += note(col(3) + COL_W / 2, 458, "discarded", size=14, color="#555555", anchor="middle")
+    s += label(370, 3, "Accept a prefix, add one token")
+    s += note(X0, 394, "token i is kept with probability min(1, q(xᵢ)/p(xᵢ)),", size=15,
+              color=SOFT)
+    s += note(X0, 413, "up to the first rejection", size=15, color=SOFT)
+    s += tokens_row(426, marks=True)
+    s += note(col(3) + COL_W / 2, 490, "discarded", size=14, color=SOFT, anchor="middle")
     cx = col(ACCEPTED) + COL_W / 2
-    s += arrow(cx, 440, cx, 464, color=GOOD)
-    s += box(col(ACCEPTED), 466, COL_W, 44, "#ffffff", CORRECTION, stroke=GOOD, size=20)
-    s += note(col(ACCEPTED) + COL_W + 10, 484, "correction, drawn", size=15, color=GOOD)
-    s += note(col(ACCEPTED) + COL_W + 10, 504, "from the residual", size=15, color=GOOD)
-    s += note(X0, 552, "This round emits “on the rug”: 3 tokens for one target pass.",
-              size=16)
-    s += note(X0, 576, "Had all 4 drafts been accepted, a bonus token", size=16)
-    s += note(X0, 598, "drawn from q₅ would have made 5.", size=16)
-    height = 614
+    s += arrow(cx, 470, cx, 496, color=GOOD)
+    s += box(col(ACCEPTED), 498, COL_W, 44, "#ffffff", CORRECTION, stroke=GOOD, size=19)
+    s += note(col(ACCEPTED) + COL_W + 8, 516, "correction, from", size=15, color=GOOD)
+    s += note(col(ACCEPTED) + COL_W + 8, 535, "the residual", size=15, color=GOOD)
+    s += note(X0, 580, "This round emits “on the rug”: 3 tokens", size=17)
+    s += note(X0, 602, "for one target pass. Had all 4 drafted", size=17)
+    s += note(X0, 624, "tokens been accepted, a bonus token from", size=17)
+    s += note(X0, 646, "q₅ would have made 5.", size=17)
+    height = 660
     title = "One round of speculative decoding"
     desc = ("The draft model p proposes four tokens after the context 'The cat sat': "
             "on, the, mat, and. One forward pass of the target model q scores all "
