@@ -11,7 +11,7 @@ lives in :mod:`mspec.lm.models`, :mod:`mspec.lm.decoding` and :mod:`mspec.lm.cus
 ``import mspec`` stays light.
 """
 
-from mspec.distributions import check_distribution, distribution_from_logits
+from mspec.distributions import distribution_from_logits
 from mspec.fast.importance_ratio import RatioImportanceSampling
 from mspec.fast.optimal_selection import OptimalSelection, lex_optimal_induced
 from mspec.fast.spectr_newton import NewtonSpecTr
@@ -63,7 +63,7 @@ def __getattr__(name):
 __all__ = ["CanonicalScheme", "ImportanceSampling", "LPFallbackWarning", "LPSolveError", "NewtonSpecTr",
            "OptimalLP", "OptimalSelection", "RatioImportanceSampling", "ReferenceOptimalSelection", "SCHEMES",
            "SchemeError", "Selection", "SelectionScheme", "SingleDraft", "SlowSchemeWarning", "SpecInfer", "SpecTr",
-           "TwoStepScheme", "acceptance_is_one", "check_distribution", "distribution_from_logits",
+           "TwoStepScheme", "acceptance_is_one", "distribution_from_logits",
            "get_scheme", "lex_optimal_induced", "make_scheme", "optimal_acceptance",
            "output_distribution", "single_draft_acceptance", "single_draft_sample", "solve_canonical_lp",
            "solve_optimal_lp", "specinfer_acceptance", "specinfer_sample", "spectr_acceptance",

@@ -6,7 +6,7 @@ source that is available, in this order (``source="auto"``):
 1. a local directory: the ``data_dir`` argument, else the ``MSPEC_DATA_DIR`` environment
    variable, holding ``xsum.jsonl`` (``{"document", "summary", "id"}``), ``dolly.jsonl``
    (``{"prompt", "answer"}``, the prompt Alpaca-formatted) and ``wmt18-de-en.de`` /
-   ``wmt18-de-en.en`` (aligned lines). Tests and CI point it at ``../shared/data``;
+   ``wmt18-de-en.en`` (aligned lines). The book's checks set it;
 2. the Hugging Face hub through the ``datasets`` package, when it is installed and the hub
    is reachable (e.g. on Colab): ``EdinburghNLP/xsum``, ``databricks/databricks-dolly-15k``,
    ``wmt/wmt18`` (``de-en``);

@@ -12,6 +12,11 @@ and reads right:
 * (c) no code block, input or output (``pre``), and no output table is wider than its
   column: no text out of sight (text reaching into the block's right padding is allowed);
 * every plotly figure is drawn and (d) moving each slider changes its figure's data;
+* (f) at a phone's width (390 px) and a laptop's (1280 px) no text of a figure runs into
+  another: the figure title, subplot titles and other annotations, legends, colour bars,
+  slider labels, axis titles and a ternary plot's tick labels (``label_overlaps``), no page
+  scrolls sideways as a whole (``document.scrollingElement.scrollWidth <= innerWidth``), and
+  no display equation is clipped at 390 px either;
 * the browser logged no errors (a missing local asset or a CDN request would).
 
 Without a browser: (c') every line of every notebook code cell is at most ``MAX_CODE_LINE``
@@ -162,6 +167,43 @@ def figure_problems(figures: list[dict], tol: float = TOLERANCE_PX) -> list[str]
             if _overlap(f["title_box"], f[other], tol):
                 bad.append(f"{name}: the title runs into the {other}")
     return bad
+
+
+#: kinds of figure text that may not overlap another (a tick label only in a ternary plot, and
+#: only with the labels of its other axes and with the other kinds)
+LABEL_KINDS = ("title", "annotation", "legend", "colour bar", "slider", "axis title", "tick")
+
+
+def label_overlaps(figures: list[dict], tol: float = TOLERANCE_PX) -> list[str]:
+    """Texts of a figure that run into each other.
+
+    Each figure has ``labels``: items with ``kind`` (of ``LABEL_KINDS``), ``group`` (texts of
+    one group -- one legend, one slider, one axis's tick labels -- are not compared with each
+    other), ``text`` and a box (``left``, ``right``, ``top``, ``bottom``). Tick labels are
+    compared only with labels of another kind or of another axis of their ternary plot.
+    """
+    bad = []
+    for f in figures:
+        name = f"figure {f['index']} ({' '.join(f['title'].split())[:60]!r})"
+        labels = f.get("labels", [])
+        for i, a in enumerate(labels):
+            for b in labels[i + 1:]:
+                if a["group"] == b["group"] or not _overlap(a, b, tol):
+                    continue
+                if a["kind"] == b["kind"] == "tick" and a["plot"] != b["plot"]:
+                    continue
+                bad.append(f"{name}: the {a['kind']} {a['text'][:30]!r} runs into the {b['kind']}"
+                           f" {b['text'][:30]!r}")
+    return bad
+
+
+def sideways_scroll(page: dict, tol: float = 1) -> list[str]:
+    """The page as a whole scrolls sideways: ``page`` holds the scrolling element's
+    ``scroll`` (scrollWidth) and the window's ``inner`` (innerWidth) width."""
+    if page["scroll"] > page["inner"] + tol:
+        return [f"the page scrolls sideways: {page['scroll']} px wide in a {page['inner']} px window"
+                f" (widest: {page.get('widest', '?')})"]
+    return []
 
 
 def long_code_lines(source: str, limit: int = MAX_CODE_LINE) -> list[str]:
@@ -410,12 +452,38 @@ const figures = [...column.querySelectorAll('.js-plotly-plot')].map((f, index) =
   const r = f.getBoundingClientRect();
   const area = f.closest('.cell_output, .output') || f.parentElement;
   const title = f.querySelector('.gtitle');
+  const labels = [];
+  const add = (kind, el, group, plot) => {
+    const b = box(el), text = (el.textContent || '').trim();
+    if (b && text) labels.push({kind, group, plot: plot || '', text, ...b});
+  };
+  f.querySelectorAll('.g-gtitle').forEach(el => add('title', el, 'title'));
+  f.querySelectorAll('.annotation').forEach((el, i) => add('annotation', el, 'annotation' + i));
+  f.querySelectorAll('.legend').forEach((el, i) => add('legend', el, 'legend' + i));
+  f.querySelectorAll('.colorbar').forEach((el, i) => add('colour bar', el, 'colorbar' + i));
+  f.querySelectorAll('.slider-container').forEach((s, i) =>
+    s.querySelectorAll('text').forEach(el => add('slider', el, 'slider' + i)));
+  f.querySelectorAll('.infolayer > g[class^="g-"][class$="title"]:not(.g-gtitle)').forEach(
+    (el, i) => add('axis title', el, 'axis title' + i));
+  f.querySelectorAll('.ternary').forEach((tern, i) => ['aaxis', 'baxis', 'caxis'].forEach(ax =>
+    tern.querySelectorAll(`.${ax} .xtick text, .${ax} .ytick text`).forEach(
+      el => add('tick', el, `ternary${i} ${ax}`, `ternary${i}`))));
   return {index, title: title ? title.textContent : '', left: r.left, right: r.right,
           col_left: col.left, col_right: col.right, scroll: area.scrollWidth, client: area.clientWidth,
           title_box: box(title), modebar: box(f.querySelector('.modebar')),
-          legend: box(f.querySelector('.legend'))};
+          legend: box(f.querySelector('.legend')), labels};
 });
-return {texts, displays, blocks, figures};
+const scroller = document.scrollingElement || document.documentElement;
+let widest = '';
+if (scroller.scrollWidth > window.innerWidth) {  // name the element that sticks out furthest
+  let far = 0;
+  for (const el of document.body.querySelectorAll('*')) {
+    const r = el.getBoundingClientRect();
+    if (r.right > far && r.width > 0) { far = r.right; widest = el.tagName.toLowerCase() + (el.className && typeof el.className === 'string' ? '.' + el.className.split(' ')[0] : '') + ': ' + (el.textContent || '').trim().slice(0, 60); }
+  }
+}
+const page = {scroll: scroller.scrollWidth, inner: window.innerWidth, widest};
+return {texts, displays, blocks, figures, page};
 """
 
 
@@ -427,7 +495,18 @@ def readability_problems(driver, math: bool = True) -> list[str]:
     problems += [f"clipped equation {e}" for e in clipped_equations(report["displays"])]
     problems += [f"too wide: {b}" for b in wide_blocks(report["blocks"])]
     problems += figure_problems(report["figures"])
+    problems += label_overlaps(report["figures"])
+    problems += sideways_scroll(report["page"])
     return problems
+
+
+def phone_problems(report: dict) -> list[str]:
+    """What does not read right at a phone's width: figures (their box and their texts),
+    display equations, a page that scrolls sideways. (Code blocks scroll within themselves
+    there: 88-character lines cannot fit.)"""
+    problems = figure_problems(report["figures"]) + label_overlaps(report["figures"])
+    problems += [f"clipped equation {e}" for e in clipped_equations(report["displays"])]
+    return problems + sideways_scroll(report["page"])
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -543,7 +622,7 @@ def test_figures_fit_a_phone(site, browser, page):
     try:
         _load(browser, f"{site}/{page}.html")
         _figures_drawn(browser)
-        problems = figure_problems(browser.execute_script(PROBE)["figures"])
+        problems = phone_problems(browser.execute_script(PROBE))
         _shot(browser, page.replace("/", "__") + "__phone")
     finally:
         browser.set_window_size(*WINDOW)
@@ -572,6 +651,74 @@ def test_checks_catch_crafted_figures(site, browser):
     problems = figure_problems(browser.execute_script(PROBE)["figures"])
     assert any("'wide'" in p and "wider than the column" in p for p in problems), problems
     assert any("'crowded title'" in p and "runs into the legend" in p for p in problems), problems
+
+
+def crafted_figure_page(tmp_path: Path, figures: list, extra_html: str = "") -> str:
+    """A page like the book's (a text column, plotly.js from the installed package) holding
+    ``figures`` (plotly figures) and ``extra_html``; its ``file://`` URL."""
+    import plotly
+    import plotly.io as pio
+
+    plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    divs = "".join(f'<div class="cell_output">{pio.to_html(fig, include_plotlyjs=False, full_html=False)}</div>'
+                   for fig in figures)
+    page = tmp_path / "crafted.html"
+    page.write_text(f"""<!DOCTYPE html><html><head><meta name="viewport" content="width=device-width">
+<script src="{plotly_js.as_uri()}"></script></head>
+<body style="margin: 0; overflow-y: scroll"><main><article class="bd-article" style="padding: 0 12px">{divs}{extra_html}
+</article></main></body></html>""")
+    return page.as_uri()
+
+
+def test_figure_text_checks_catch_a_crafted_page(browser, tmp_path):
+    """A legend on its title, overprinted subplot titles, a colour bar on an annotation, a
+    ternary plot's corner labels and a page wider than the window are found; a figure laid
+    out for a phone (title, then plot, legend below) is not."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fine = go.Figure([go.Scatter(y=[1, 2], name="a"), go.Scatter(y=[2, 1], name="b")])
+    fine.update_layout(title="fine", legend=dict(orientation="h", x=0, y=-0.25, yanchor="top"),
+                       margin=dict(t=50, b=90), height=350)
+    crowded = go.Figure([go.Scatter(y=[1, 2], name="a long legend entry"), go.Scatter(y=[2, 1], name="another")])
+    crowded.update_layout(title=dict(text="crowded title", x=0.5), showlegend=True,
+                          legend=dict(orientation="h", x=0.5, xanchor="center", y=1.1, yanchor="bottom"))
+    panels = make_subplots(rows=1, cols=2, subplot_titles=["a subplot title that is long",
+                                                           "another subplot title, also long"])
+    panels.add_trace(go.Heatmap(z=[[1, 2], [3, 4]], colorbar=dict(x=0.45)), row=1, col=1)
+    panels.add_trace(go.Scatter(y=[1, 2]), row=1, col=2)
+    panels.add_annotation(x=0.46, y=0.5, xref="paper", yref="paper", text="a corner label", showarrow=False)
+    panels.update_layout(title="panels")
+    ternary = go.Figure(go.Scatterternary(a=[0.2], b=[0.3], c=[0.5]))
+    ternary.update_layout(title="ternary")
+    browser.set_window_size(*PHONE)
+    try:
+        browser.get(crafted_figure_page(tmp_path, [fine]))
+        _figures_drawn(browser)
+        report = browser.execute_script(PROBE)
+        assert phone_problems(report) == [] and len(report["figures"][0]["labels"]) == 2, report["figures"]
+        browser.get(crafted_figure_page(tmp_path, [fine, crowded, panels, ternary]))
+        _figures_drawn(browser)
+        problems = phone_problems(browser.execute_script(PROBE))
+        _shot(browser, "crafted_figures__phone")
+        browser.get(crafted_figure_page(tmp_path, [], "<p><code>an_unbreakable_literal_" + "x" * 80 + "</code></p>"))
+        problems += phone_problems(browser.execute_script(PROBE))
+    finally:
+        browser.set_window_size(*WINDOW)
+    assert not any("'fine'" in p for p in problems), problems
+    assert any("'crowded title'" in p and "title 'crowded title' runs into the legend" in p
+               for p in problems), problems
+    assert any("'panels'" in p and "annotation 'a subplot title" in p and "annotation 'another" in p
+               for p in problems), problems
+    assert any("'panels'" in p and "colour bar" in p and "a corner label" in p for p in problems), problems
+    assert any("'ternary'" in p and "tick" in p for p in problems), problems
+    assert any(p.startswith("the page scrolls sideways") and "an_unbreakable_literal" in p
+               for p in problems), problems
+    assert label_overlaps([dict(index=0, title="t", labels=[
+        dict(kind="tick", group="ternary0 aaxis", plot="ternary0", text="1", left=0, right=10, top=0, bottom=10),
+        dict(kind="tick", group="ternary0 aaxis", plot="ternary0", text="0.8", left=5, right=15, top=0, bottom=10),
+    ])]) == []  # one axis's own labels are not compared
+    assert sideways_scroll(dict(scroll=390, inner=390)) == []
 
 
 if __name__ == "__main__":  # print the word counts

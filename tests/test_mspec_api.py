@@ -162,3 +162,95 @@ def test_a_comment_with_a_colon_stays_prose_and_a_type_stays_a_type():
         assert not ext.is_type(text), text
     for text in ("int", "dict[str, float]", "np.ndarray", "Path | None", "RoundRule"):
         assert ext.is_type(text), text
+
+
+# -- the reference documents the public interface only ---------------------------------------------
+#: what a reader of the API reference must never meet: our test files, maintainers' notes, the
+#: development machine's data folder
+LEAKS = re.compile(r"tests/|(?<![\w])test_\w|ENGINEERING\.md|\.\./shared|for maintainers")
+
+
+def leaks(text: str) -> list[str]:
+    """The lines of ``text`` that speak of the repository's tests, notes or data folder."""
+    return [line.strip() for line in text.splitlines() if LEAKS.search(line)]
+
+
+def member_names(module) -> list[str]:
+    """The members an ``automodule`` of ``module`` documents: its ``__all__``, or the public
+    names it defines, less the extension's internal names."""
+    import inspect
+
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [name for name, value in vars(module).items() if not name.startswith("_")
+                 and not inspect.ismodule(value) and getattr(value, "__module__", module.__name__) == module.__name__]
+    internal = ext.INTERNAL_NAMES.get(module.__name__, frozenset())
+    return [name for name in names if name not in internal and hasattr(module, name)]
+
+
+def rendered_sources() -> dict[str, str]:
+    """``{where: text}``: everything the API pages render: the pages, every documented module's
+    docstring, its members' docstrings (and their public methods'), the ``#:`` comments, and
+    the command-line page's parsers."""
+    import importlib
+    import inspect
+
+    from sphinx.pycode import ModuleAnalyzer
+
+    texts = {f"book/api/{page.name}": page.read_text() for page in sorted(API.glob("*.md"))}
+    for modname in sorted({module for _, module, _ in automodules()}):
+        module = importlib.import_module(modname)
+        texts[modname] = module.__doc__ or ""
+        for name in member_names(module):
+            obj = getattr(module, name)
+            if inspect.isclass(obj) or inspect.isroutine(obj):
+                texts[f"{modname}.{name}"] = inspect.getdoc(obj) or ""
+            if inspect.isclass(obj):
+                for attr, value in vars(obj).items():
+                    if not attr.startswith("_") and (inspect.isroutine(value) or isinstance(value, property)):
+                        texts[f"{modname}.{name}.{attr}"] = inspect.getdoc(value) or ""
+        try:
+            comments = ModuleAnalyzer.for_module(modname).find_attr_docs()
+        except Exception:  # noqa: BLE001 -- a module without source has no comments
+            comments = {}
+        for (scope, attr), lines in comments.items():
+            texts[f"{modname}.{scope + '.' if scope else ''}{attr} (comment)"] = "\n".join(lines)
+    for program in re.findall(r"^\.\. mspec-command:: (.+)$", (API / "cli.md").read_text(), re.M):
+        texts[program] = "\n".join(ext.parser_rst(ext.parser_for(program)))
+    return texts
+
+
+def test_the_api_reference_speaks_of_the_interface_only():
+    texts = rendered_sources()
+    assert len(texts) > 200 and "mspec.schemes.selection.SelectionScheme" in texts
+    found = {where: lines for where, text in texts.items() if (lines := leaks(text))}
+    assert not found, f"the API reference would show the repository's internals: {found}"
+
+
+def test_internal_validators_are_not_documented():
+    import mspec
+    import mspec.distributions as distributions
+
+    internal = ext.INTERNAL_NAMES["mspec.distributions"]
+    assert {"check_tokens", "check_num_drafts", "check_distribution"} <= internal
+    assert all(hasattr(distributions, name) for name in internal)  # the names still exist
+    assert not internal & set(member_names(distributions))
+    assert "distribution_from_logits" in member_names(distributions)
+    assert not internal & (set(mspec.__all__) | set(ext.top_level_homes()))
+    texts = rendered_sources()
+    for name in internal:
+        assert not any(name in text for where, text in texts.items() if where.startswith("book/api/")), name
+        assert not any(f":func:`mspec.distributions.{name}`" in text for text in texts.values()), name
+
+
+def test_the_leak_check_flags_crafted_docstrings():
+    assert leaks("Checked by ``tests/test_traversal.py``.") == ["Checked by ``tests/test_traversal.py``."]
+    assert leaks("see test_lp_hostile for the cases") != []
+    assert leaks("written up for maintainers in ``ENGINEERING.md``") != []
+    assert leaks("CI points it at ``../shared/data``") != []
+    assert leaks("``smoke_test=True`` marks a quick run; the tests check the law.") == []
+    crafted = type("Crafted", (), {"__doc__": "A scheme.", "__module__": "crafted"})
+    module = type(sys)("crafted")
+    module.Scheme, module.check_tokens = crafted, lambda: None
+    module.check_tokens.__module__ = "crafted"
+    assert member_names(module) == ["Scheme", "check_tokens"]  # not internal outside distributions

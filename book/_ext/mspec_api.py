@@ -50,6 +50,10 @@ from sphinx.util.nodes import nested_parse_with_titles
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: packages whose ``__all__`` names are documented under the package (not in its submodules)
 PUBLIC_PACKAGES = ("mspec.rounds", "mspec.fast.optimal_selection")
+#: validators the package's modules call on their arguments, not part of the interface a reader
+#: uses (a public function validates its own input): never documented, here or under ``mspec``
+INTERNAL_NAMES = {"mspec.distributions": frozenset({"check_distribution", "check_draft_target",
+                                                     "check_num_drafts", "check_tokens"})}
 #: a value whose repr is longer is shown without it (its comment says what it holds)
 MAX_VALUE_CHARS = 400
 #: usage lines are wrapped to this width (the book's code blocks fit 88 characters)
@@ -209,9 +213,10 @@ class PublicNamesModuleDocumenter(ModuleDocumenter):
         finally:
             self.options.undoc_members = undoc
         # a value without a ``#:`` comment is documented as data too (autodoc leaves it out)
+        internal = INTERNAL_NAMES.get(self.modname, frozenset())
         return [(name, obj, isattr or (self.__all__ is not None and _kind(obj) == "data"
                                        and not inspect.ismodule(obj)))
-                for name, obj, isattr in kept if not pub.is_public(obj)
+                for name, obj, isattr in kept if not pub.is_public(obj) and name not in internal
                 and not documented_elsewhere(obj, name, self.modname)]
 
 

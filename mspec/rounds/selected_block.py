@@ -25,7 +25,7 @@ is the selection scheme itself (select with ``p_I``, accept with ``min(1, q / p_
 residual). In between it keeps every token the per-position scheme keeps on the same
 selected path -- block verification never keeps fewer tokens than token-by-token
 verification of the same draft -- so it is at least the per-position value of its scheme;
-``tests/test_selected_block.py`` checks both, and the law, by enumeration.
+the package's tests check both, and the law, by enumeration.
 """
 
 from __future__ import annotations

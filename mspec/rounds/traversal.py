@@ -47,8 +47,8 @@ blocks of one token it is SpecInfer's recursive rejection sampling with replacem
 Deviation from Weng et al. (marked): their trees are built by sampling children without
 replacement and update the draft law after a rejection; here the K blocks are drawn
 independently (with replacement, as everywhere in ``mspec``), so each draw keeps its own
-``p_i`` and the proof above is ours. ``tests/test_traversal.py`` checks the law
-by enumeration on tiny models.
+``p_i`` and the proof above is ours. The tests check the law by enumeration on tiny
+models.
 
 Accuracy: ``m_root`` is exactly 1; elsewhere the laws are exact up to floating-point rounding
 (relative ``1e-15`` per update); where ``sum(e)`` underflows, the node is never kept.

@@ -59,7 +59,7 @@ Guaranteed accuracy, whatever HiGHS returns (``N`` = number of tuples, ``eps`` =
 * ``value`` is the objective of that plan (recomputed from it);
 * ``value >= OPT - gap``; when ``solver_status`` is ``"optimal"`` or ``"retried"``,
   ``gap <= GAP_TOL = 1e-10``. For the acceptance objective the tests check ``value``
-  against :func:`mspec.schemes.closed_form.optimal_acceptance` to 1e-10 (tests/test_lp_hostile.py).
+  against :func:`mspec.schemes.closed_form.optimal_acceptance` to 1e-10 on hostile inputs.
 """
 
 from __future__ import annotations

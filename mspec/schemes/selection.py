@@ -259,7 +259,7 @@ class SelectionScheme:
 
     # helpers for subclasses -------------------------------------------------------------
     def check_tokens(self, drafts) -> np.ndarray:
-        """Validate drafted token ids (see :func:`mspec.distributions.check_tokens`)."""
+        """Validate drafted token ids: K integers in ``[0, V)``, each with draft probability > 0."""
         return check_tokens(drafts, draft=self.draft, num_drafts=self.num_drafts)
 
     @staticmethod

@@ -3,8 +3,7 @@
 Beyond the paper: its practical IS scheme truncates the optimal LP (``s`` tokens, an
 alphabet of ~40) because the LP has ``V^K`` variables. This package reaches the exact
 optimum at any ``V`` and ``K``; the book's chapter "Optimal at vocabulary scale" proves
-each step, and the tests check each numerically. What the fast path computes and why it
-is still exact is written up for maintainers in ``ENGINEERING.md`` beside this file.
+each step, and the tests hold the fast path to :class:`mspec.ReferenceOptimalSelection`.
 
 Notation (paper): K i.i.d. drafts from ``p`` (``draft``), target ``q`` (``target``),
 ``g(m) = 1 - (1 - m)^K`` and ``f(A) = g(p(A))`` = P(some draft lies in A).
