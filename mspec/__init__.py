@@ -47,7 +47,8 @@ _LAZY = {
 #: public names that were renamed -> what to use now
 _RENAMED = {"PaperImportanceSampling": "mspec.ImportanceSampling (the paper's IS scheme, 'is'); our variant is "
                                        "mspec.RatioImportanceSampling ('is-ratio')",
-            "figure2_curves": "mspec_lab.figure2.figure2_curves (the book's figure helpers live in the workshop)"}
+            "figure2_curves": "mspec_lab.figure2.figure2_curves (the book's figure helpers live in the workshop)",
+            "check_distribution": "mspec.distributions.check_distribution (an internal validator)"}
 
 
 def __getattr__(name):
