@@ -249,9 +249,10 @@ def print_trained_draft_regime(doc: dict) -> None:
                 rows.append([dataset, scheme_label(scheme, alphabet),
                              *[fmt(cell[label, dataset, scheme, alphabet, k]["mean"], digits=3) for k in drafts],
                              fmt(g["mean"], g["se"], 3)])
-        notes = [f"the trained draft and the target at temperature {doc['draft_temperature']:g}, {label} on both, "
+        notes = [f"draft and target at temperature {doc['draft_temperature']:g}, {label} on both, "
                  "on the paper run's prompts and positions; exact acceptance per position, s.e. clustered by prompt",
                  "one draft: its single-draft acceptance, in the first column; is (V): the IS scheme ranking "
                  "the whole vocabulary, is (40): its 40 tokens of most mass"]
-        print_block(f"Token-level acceptance of the trained draft, {label}", format_table(header, rows), notes,
+        model = doc.get("provenance", {}).get("label", "the trained draft")
+        print_block(f"Token-level acceptance, {model}, {label}", format_table(header, rows), notes,
                     smoke_test=doc["settings"]["smoke_test"])
