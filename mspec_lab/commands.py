@@ -517,10 +517,15 @@ def _trained_draft_regime_arguments(parser) -> None:
     from mspec_lab.experiments import paper_run as pr
     from mspec_lab.trained_draft.regime import REGIME_RESULTS_FILE
 
+    from mspec_lab.models import PRESETS
+
     d, q = pr.PaperRunSettings, pr.PaperRunSettings.QUICK
     _run_options(parser)
     _int_options(parser, d, q, (("--prompts", "prompts", "prompts per dataset"),
                                 ("--positions", "positions", "positions per prompt")))
+    parser.add_argument("--preset", default="smollm2-distilled", choices=PRESETS,
+                        help="model pair (default %(default)s, the trained draft; \"opt\": the paper's "
+                             "OPT-125M with a larger OPT, on a GPU with the hub)")
     parser.add_argument("--out", default=str(REGIME_RESULTS_FILE),
                         help="the results file (default %(default)s, committed)")
 
@@ -538,7 +543,7 @@ def _trained_draft_regime(args) -> int:
         args.sweep_dataset = args.main_dataset = args.datasets[0]
     settings = _settings(pr.PaperRunSettings, args, {name: name for name in (
         "datasets", "data_source", "prompts", "positions", "sweep_dataset", "main_dataset")})
-    doc = tr.trained_draft_regime(settings=settings, out=args.out, progress=True,
+    doc = tr.trained_draft_regime(args.preset, settings=settings, out=args.out, progress=True,
                                   command=" ".join(["python -m mspec_lab trained-draft-regime", *args.argv]))
     tr.print_trained_draft_regime(doc)
     print(f"\nwrote {args.out}")
@@ -633,8 +638,9 @@ COMMANDS = {
     "trained-draft-speed": Command("the trained draft's speed-up over plain sampling on this CPU, K = 1, 2, 4 and "
                                    "L = 1..5 (results/offline_default/trained_draft.json)",
                                    _trained_draft_speed_arguments, _trained_draft_speed, MODELS),
-    "trained-draft-regime": Command("token-level acceptance of the trained draft on the reproducing-the-paper "
-                                    "chapter's positions, K = 2, 4, 8 (results/offline_default/trained_regime.json)",
+    "trained-draft-regime": Command("token-level acceptance of the trained draft at temperature 1 (top-5, top-10, "
+                                    "top-p 0.95, full vocabulary) on the reproducing-the-paper chapter's positions, "
+                                    "K = 2, 3, 4, 8 (results/offline_default/trained_regime.json)",
                                     _trained_draft_regime_arguments, _trained_draft_regime, MODELS + PROGRESS),
 }
 #: former names of commands -> their names now: ``python -m mspec_lab <former name>`` stops with

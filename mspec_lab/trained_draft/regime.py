@@ -1,15 +1,18 @@
-"""The trained draft as a second regime of the reproducing-the-paper chapter.
+"""The trained draft as the main regime of the reproducing-the-paper chapter.
 
 ``python -m mspec_lab trained-draft-regime`` scores the trained draft (preset
 ``"smollm2-distilled"``, :mod:`mspec_lab.trained_draft.model`) on the very positions of
 ``paper_run.json``: the same prompts and the same seeds, so the target samples the same
-continuations and ``q`` is the same at every position. Only the draft differs from the
-same-weights regimes, so how its acceptance grows with K can be set beside theirs and beside
-the paper's Table 3. Per position it computes the exact acceptance of one draft and of the
-optimum, SpecTr and SpecInfer at K = 2, 4, 8 (the draft at temperature 1, the temperature it
-was trained at), and the gain from K = 2 to the largest K, paired per position; means with
+continuations and ``q`` is the same at every position. Both models run at temperature 1
+(the draft's training temperature, and the paper's Table 4 setting), under each
+*sampling* of :data:`SAMPLINGS`: top-5 and top-10 on both models (the likely setting of
+the paper's Table 3, and its Table 4), nucleus top-p 0.95 on both, and the full
+vocabulary. Per position it computes the exact acceptance of one draft and of the
+optimum, the paper's IS scheme (under two readings of its alphabet: the whole ranking and
+40 tokens), SpecTr and SpecInfer at every K of :data:`REGIME_DRAFTS`; the gain from K = 2
+to the largest K and the paired differences between schemes, per position; means with
 standard errors clustered by prompt. It writes ``results/offline_default/trained_regime.json``
-(about 3 minutes on one CPU thread).
+(about 20 minutes on one CPU thread; the IS scheme over the whole vocabulary costs most).
 """
 
 from __future__ import annotations
@@ -23,76 +26,135 @@ from mspec_lab.experiments.inputs import derived_seed, load_dataset_prompts, wit
 from mspec_lab.experiments.paper_run import (PaperRunSettings, clustered_summary, distributions_from_logits, prompt_logits,
                                              code_version, committed_file, now, provenance, write_results)
 
-__all__ = ["DRAFT_TEMPERATURE", "REGIME_RESULTS_FILE", "REGIME_SCHEMA", "REGIME_SCHEMES",
-           "check_trained_draft_regime", "load_trained_draft_regime", "print_trained_draft_regime",
-           "run_trained_draft_regime", "trained_draft_regime"]
+__all__ = ["DRAFT_TEMPERATURE", "REGIME_DRAFTS", "REGIME_PAIRS", "REGIME_RESULTS_FILE", "REGIME_SCHEMA",
+           "REGIME_SCHEMES", "SAMPLINGS", "WHOLE_RANKING", "check_trained_draft_regime",
+           "load_trained_draft_regime", "print_trained_draft_regime", "run_trained_draft_regime", "scheme_label",
+           "trained_draft_regime"]
 
 #: format of the results document
-REGIME_SCHEMA = "mspec-trained-regime/1"
+REGIME_SCHEMA = "mspec-trained-regime/2"
 #: the committed results file, relative to the repository
 REGIME_RESULTS_FILE = Path("results/offline_default/trained_regime.json")
-#: the schemes scored at every K (besides one draft)
-REGIME_SCHEMES = ("optimal", "spectr", "specinfer")
+#: the alphabet label of the IS scheme ranking the whole vocabulary (the paper's reading)
+WHOLE_RANKING = "V"
+#: the schemes scored at every K (besides one draft): ``(scheme, IS alphabet)``; the IS
+#: scheme ranks the whole vocabulary (:data:`WHOLE_RANKING`) or its 40 tokens of most mass
+REGIME_SCHEMES = (("optimal", None), ("is", WHOLE_RANKING), ("is", 40), ("spectr", None), ("specinfer", None))
+#: the paired differences stored, ``a - b`` per position
+REGIME_PAIRS = ((("optimal", None), ("is", WHOLE_RANKING)), (("is", WHOLE_RANKING), ("spectr", None)),
+                (("is", WHOLE_RANKING), ("specinfer", None)), (("is", 40), ("spectr", None)),
+                (("is", 40), ("specinfer", None)), (("spectr", None), ("specinfer", None)))
+#: the values of K: Table 3's 2, 4, 8 and Table 4's 3
+REGIME_DRAFTS = (2, 3, 4, 8)
+#: the samplings of both models: ``(label, top_k, top_p)``, at temperature 1
+SAMPLINGS = (("top-5", 5, None), ("top-10", 10, None), ("top-p 0.95", None, 0.95), ("full", None, None))
 #: the trained draft's temperature: the one it was distilled at, the target's
 DRAFT_TEMPERATURE = 1.0
+#: the IS scheme's LP tokens (the paper's s = 5)
+IS_S = 5
 #: a mean may exceed the optimum's by float rounding only
 _TOLERANCE = 1e-9
 
 
-def _jobs(drafts) -> list[tuple[str, int]]:
-    return [("single", 1)] + [(scheme, k) for k in drafts for scheme in REGIME_SCHEMES]
+def _jobs(drafts) -> list[tuple[str, object, int]]:
+    return [("single", None, 1)] + [(scheme, alphabet, k) for k in drafts for scheme, alphabet in REGIME_SCHEMES]
 
 
-def _acceptance(scheme: str, k: int, draft: np.ndarray, target: np.ndarray) -> list[float]:
-    """Exact acceptance of ``scheme`` with ``k`` drafts at every row of ``draft``, ``target``."""
+def _acceptance(scheme: str, alphabet, k: int, draft: np.ndarray, target: np.ndarray) -> list[float]:
+    """Exact acceptance of ``scheme`` with ``k`` drafts at every row of ``draft``, ``target``;
+    the IS scheme with ``s`` = 5 and ``alphabet`` tokens (:data:`WHOLE_RANKING`: all V)."""
     from mspec_lab.experiments.acceptance import token_acceptance
 
-    return [token_acceptance(scheme, draft=d, target=t, num_drafts=k) for d, t in zip(draft, target)]
+    params = None
+    if scheme == "is":
+        params = {"s": IS_S, "alphabet": target.shape[-1] if alphabet == WHOLE_RANKING else alphabet}
+    return [token_acceptance(scheme, draft=d, target=t, num_drafts=k, params=params) for d, t in zip(draft, target)]
 
 
-def run_trained_draft_regime(pair, settings: PaperRunSettings | None = None, *, progress: bool = False) -> dict:
+def _key(job) -> dict:
+    scheme, alphabet, k = job
+    return {"scheme": scheme, "alphabet": alphabet, "K": k}
+
+
+def _one_prompt(pair, prompt, s, jobs) -> dict:
+    """Per sampling, per job: the exact acceptances at the prompt's positions."""
+    draft_logits, target_logits, _ = prompt_logits(pair, prompt, s)
+    out = {}
+    for label, top_k, top_p in SAMPLINGS:
+        draft = _distributions(draft_logits, DRAFT_TEMPERATURE, top_k, top_p)
+        target = _distributions(target_logits, s.target_temperature, top_k, top_p)
+        out[label] = {job: _acceptance(job[0], job[1], job[2], draft, target) for job in jobs}
+    return out
+
+
+def _distributions(logits, temperature: float, top_k, top_p) -> np.ndarray:
+    from mspec.distributions import distribution_from_logits
+
+    if top_p is None:
+        return distributions_from_logits(logits, temperature, top_k)
+    return distribution_from_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p).cpu().numpy()
+
+
+def _summaries(dataset, values, groups, drafts) -> dict[str, list[dict]]:
+    """The records of one dataset: acceptances, gains from K = 2 to the largest K, differences."""
+    low, top, out = min(drafts), max(drafts), {"table3": [], "gains": [], "differences": []}
+    for label, top_k, top_p in SAMPLINGS:
+        v, base = values[label], {"sampling": label, "top_k": top_k, "top_p": top_p, "dataset": dataset}
+        out["table3"] += [{**base, **_key(job), **clustered_summary(v[job], groups)} for job in v]
+        out["gains"] += [{**base, "scheme": sc, "alphabet": al, "from_K": low, "to_K": top,
+                          **clustered_summary(np.subtract(v[sc, al, top], v[sc, al, low]), groups)}
+                         for sc, al in REGIME_SCHEMES]
+        out["differences"] += [{**base, "a": a[0], "a_alphabet": a[1], "b": b[0], "b_alphabet": b[1], "K": k,
+                                **clustered_summary(np.subtract(v[(*a, k)], v[(*b, k)]), groups)}
+                               for k in drafts for a, b in REGIME_PAIRS]
+    return out
+
+
+def run_trained_draft_regime(pair, settings: PaperRunSettings | None = None, *, drafts=REGIME_DRAFTS,
+                             progress: bool = False) -> dict:
     """Token-level acceptance of ``pair``'s draft on the paper run's prompts and positions.
 
     Args:
         pair: the trained pair (:func:`mspec_lab.models.load_pair` ``("smollm2-distilled")``;
             any pair works, e.g. ``"tiny"`` in tests).
         settings: the paper run's settings (default: those of the committed run); their
-            ``datasets``, ``prompts``, ``positions``, ``drafts``, ``seed``, ``max_chars``,
-            ``data_source``, ``target_temperature`` and ``check_positions`` are used.
+            ``datasets``, ``prompts``, ``positions``, ``seed``, ``max_chars``, ``data_source``,
+            ``target_temperature`` and ``check_positions`` are used.
+        drafts: the values of K (they must include 2).
         progress: a progress bar per dataset (``tqdm``).
 
     Returns:
-        ``{"schema", "settings", "draft_temperature", "prompts", "table3", "gains", "check"}``:
-        ``table3`` has a record per dataset, scheme and K (mean, se, n, clusters); ``gains`` per
-        dataset and scheme, the acceptance at the largest K minus that at K = 2, paired per
-        position; ``check`` the first prompt's first values, for the reader to recompute.
+        ``{"schema", "settings", "draft_temperature", "samplings", "prompts", "table3", "gains",
+        "differences", "check"}``: ``table3`` has a record per sampling, dataset, scheme (and
+        IS alphabet) and K (mean, se, n, clusters); ``gains`` the acceptance at the largest K
+        minus that at K = 2, paired per position; ``differences`` the pairs of
+        :data:`REGIME_PAIRS`, per position; ``check`` the first prompt's first values (top-5
+        and full vocabulary), for the reader to recompute.
     """
-    s = settings or PaperRunSettings()
-    jobs, top = _jobs(s.drafts), max(s.drafts)
-    doc = {"schema": REGIME_SCHEMA, "settings": {name: getattr(s, name) for name in (
-               "datasets", "prompts", "positions", "drafts", "seed", "max_chars", "data_source",
-               "target_temperature", "smoke_test")},
-           "draft_temperature": DRAFT_TEMPERATURE, "prompts": {}, "table3": [], "gains": [], "check": None}
+    s, drafts = settings or PaperRunSettings(), tuple(sorted(set(drafts)))
+    jobs = _jobs(drafts)
+    doc = {"schema": REGIME_SCHEMA, "settings": {**{name: getattr(s, name) for name in (
+               "datasets", "prompts", "positions", "seed", "max_chars", "data_source", "target_temperature",
+               "smoke_test")}, "drafts": list(drafts), "is_s": IS_S},
+           "draft_temperature": DRAFT_TEMPERATURE, "samplings": [list(x) for x in SAMPLINGS],
+           "prompts": {}, "table3": [], "gains": [], "differences": [], "check": None}
     for dataset in s.datasets:
         prompts = load_dataset_prompts(pair, dataset, s.prompts, source=s.data_source, max_chars=s.max_chars)
         doc["prompts"][dataset] = [p.tag for p in prompts]
-        values, groups = {job: [] for job in jobs}, []
+        values, groups = {label: {job: [] for job in jobs} for label, _, _ in SAMPLINGS}, []
         for i, prompt in enumerate(with_progress(prompts, progress, desc=f"trained draft {dataset}", unit="prompt")):
-            draft_logits, target_logits, _ = prompt_logits(pair, prompt, s)
-            draft = distributions_from_logits(draft_logits, DRAFT_TEMPERATURE)
-            target = distributions_from_logits(target_logits, s.target_temperature)
-            groups += [i] * target.shape[0]
-            for scheme, k in jobs:
-                values[scheme, k] += _acceptance(scheme, k, draft, target)
+            found = _one_prompt(pair, prompt, s, jobs)
+            groups += [i] * len(found[SAMPLINGS[0][0]][jobs[0]])
+            for label in found:
+                for job in jobs:
+                    values[label][job] += found[label][job]
             if doc["check"] is None:
                 doc["check"] = {"dataset": dataset, "prompt": prompt.tag, "seed": derived_seed(s.seed, prompt.tag),
-                                "values": [{"scheme": scheme, "K": k, "acceptance": values[scheme, k][:s.check_positions]}
-                                           for scheme, k in jobs]}
-        doc["table3"] += [{"dataset": dataset, "scheme": scheme, "K": k, **clustered_summary(values[scheme, k], groups)}
-                          for scheme, k in jobs]
-        doc["gains"] += [{"dataset": dataset, "scheme": scheme, "from_K": min(s.drafts), "to_K": top,
-                          **clustered_summary(np.subtract(values[scheme, top], values[scheme, min(s.drafts)]), groups)}
-                         for scheme in REGIME_SCHEMES]
+                                "values": [{"sampling": label, **_key(job),
+                                            "acceptance": found[label][job][:s.check_positions]}
+                                           for label in ("top-5", "full") for job in jobs]}
+        for table, rows in _summaries(dataset, values, groups, drafts).items():
+            doc[table] += rows
     return doc
 
 
@@ -115,19 +177,28 @@ def trained_draft_regime(preset: str = "smollm2-distilled", settings: PaperRunSe
 
 
 def check_trained_draft_regime(doc: dict) -> list[str]:
-    """Every inconsistency of a results document: the optimum below another scheme, a gain that is
-    not the difference of its two means, a standard error that is negative or missing (it may be
-    missing with one prompt only)."""
-    problems, means = [], {(r["dataset"], r["scheme"], r["K"]): r["mean"] for r in doc["table3"]}
+    """Every inconsistency of a results document: the optimum below another scheme, a gain or a
+    difference that is not the difference of its two means, a standard error that is negative
+    or missing (it may be missing with one prompt only)."""
+    problems, means = [], {(r["sampling"], r["dataset"], r["scheme"], r["alphabet"], r["K"]): r["mean"]
+                           for r in doc["table3"]}
     for r in doc["table3"]:
+        where = f"{r['sampling']}, {r['dataset']}, {r['scheme']}, K = {r['K']}"
         if r["clusters"] > 1 and not (r["se"] is not None and r["se"] >= 0):  # one prompt: no s.e.
-            problems.append(f"table3: s.e. {r['se']} in {r['dataset']}, {r['scheme']}, K = {r['K']}")
-        if r["K"] > 1 and r["mean"] > means[r["dataset"], "optimal", r["K"]] + _TOLERANCE:
-            problems.append(f"table3: {r['scheme']} above the optimum in {r['dataset']}, K = {r['K']}")
+            problems.append(f"table3: s.e. {r['se']} in {where}")
+        if r["K"] > 1 and r["mean"] > means[r["sampling"], r["dataset"], "optimal", None, r["K"]] + _TOLERANCE:
+            problems.append(f"table3: {r['scheme']} above the optimum in {where}")
     for g in doc["gains"]:
-        gain = means[g["dataset"], g["scheme"], g["to_K"]] - means[g["dataset"], g["scheme"], g["from_K"]]
-        if abs(g["mean"] - gain) > 1e-9:
-            problems.append(f"gains: {g['scheme']} in {g['dataset']} is not the difference of its means")
+        at = lambda k: means[g["sampling"], g["dataset"], g["scheme"], g["alphabet"], k]  # noqa: E731
+        if abs(g["mean"] - (at(g["to_K"]) - at(g["from_K"]))) > 1e-9:
+            problems.append(f"gains: {g['scheme']} in {g['sampling']}, {g['dataset']} is not the difference "
+                            "of its means")
+    for d in doc["differences"]:
+        key = (d["sampling"], d["dataset"])
+        gap = means[(*key, d["a"], d["a_alphabet"], d["K"])] - means[(*key, d["b"], d["b_alphabet"], d["K"])]
+        if abs(d["mean"] - gap) > 1e-9:
+            problems.append(f"differences: {d['a']} - {d['b']} in {d['sampling']}, {d['dataset']}, K = {d['K']} "
+                            "is not the difference of its means")
     return problems
 
 
@@ -154,23 +225,34 @@ def load_trained_draft_regime(path: str | Path | None = None) -> dict:
     return doc
 
 
+def scheme_label(scheme: str, alphabet) -> str:
+    """A scheme's name in tables: the IS scheme with its alphabet (``is (V)``, ``is (40)``)."""
+    return scheme if alphabet is None else f"{scheme} ({alphabet})"
+
+
 def print_trained_draft_regime(doc: dict) -> None:
-    """The acceptance table (mean ± s.e. over positions, clustered by prompt) and the gains."""
+    """The acceptance tables, one per sampling (mean ± s.e. over positions, clustered by
+    prompt), with the gains."""
     from mspec_lab.experiments.report import fmt, format_table, print_block
 
     drafts = doc["settings"]["drafts"]
+    cell = {(r["sampling"], r["dataset"], r["scheme"], r["alphabet"], r["K"]): r for r in doc["table3"]}
+    gain = {(g["sampling"], g["dataset"], g["scheme"], g["alphabet"]): g for g in doc["gains"]}
     header = ["dataset", "scheme", *[f"K={k}" for k in drafts], f"gain K={min(drafts)}->{max(drafts)}"]
-    rows = []
-    for dataset in doc["settings"]["datasets"]:
-        one = next(r for r in doc["table3"] if r["dataset"] == dataset and r["scheme"] == "single")
-        rows.append([dataset, "one draft", fmt(one["mean"], one["se"], 3), *[""] * len(drafts)])
-        for scheme in REGIME_SCHEMES:
-            cells = [next(r for r in doc["table3"] if (r["dataset"], r["scheme"], r["K"]) == (dataset, scheme, k))
-                     for k in drafts]
-            gain = next(g for g in doc["gains"] if (g["dataset"], g["scheme"]) == (dataset, scheme))
-            rows.append([dataset, scheme, *[fmt(c["mean"], c["se"], 3) for c in cells], fmt(gain["mean"], gain["se"], 3)])
-    notes = [f"the trained draft at temperature {doc['draft_temperature']:g} on the paper run's prompts and positions "
-             "(the same continuations, the same q); exact acceptance per position, s.e. clustered by prompt",
-             "one draft: its single-draft acceptance, in the first column"]
-    print_block("Token-level acceptance of the trained draft", format_table(header, rows), notes,
-                smoke_test=doc["settings"]["smoke_test"])
+    for label, _, _ in doc["samplings"]:
+        rows = []
+        for dataset in doc["settings"]["datasets"]:
+            one = cell[label, dataset, "single", None, 1]
+            rows.append([dataset, "one draft", fmt(one["mean"], one["se"], 3), *[""] * len(drafts)])
+            for scheme, alphabet in (tuple(x) for x in REGIME_SCHEMES):
+                g = gain[label, dataset, scheme, alphabet]
+                rows.append([dataset, scheme_label(scheme, alphabet),
+                             *[fmt(cell[label, dataset, scheme, alphabet, k]["mean"], digits=3) for k in drafts],
+                             fmt(g["mean"], g["se"], 3)])
+        notes = [f"draft and target at temperature {doc['draft_temperature']:g}, {label} on both, "
+                 "on the paper run's prompts and positions; exact acceptance per position, s.e. clustered by prompt",
+                 "one draft: its single-draft acceptance, in the first column; is (V): the IS scheme ranking "
+                 "the whole vocabulary, is (40): its 40 tokens of most mass"]
+        model = doc.get("provenance", {}).get("label", "the trained draft")
+        print_block(f"Token-level acceptance, {model}, {label}", format_table(header, rows), notes,
+                    smoke_test=doc["settings"]["smoke_test"])
