@@ -16,7 +16,8 @@
 #    the Hugging Face cache); without them it says so and the script goes on.
 #
 # Results go to $OUT (default /tmp/device-check): gpu.txt, opt_regime.json, opt_regime.txt.
-# Budget: about 4 minutes for step 1, 3 to 6 for step 2 (PROMPTS prompts per dataset).
+# Budget: at most 5 minutes for step 1 and 4 for step 2 (PROMPTS prompts per dataset), so the
+# whole script fits one 10-minute device call.
 set -u
 DRY=0
 [ "${1:-}" = "--dry-run" ] && DRY=1
@@ -38,12 +39,12 @@ else
 fi
 
 echo "== 1. gpu: OPT shapes, float16, L = 5, K = 1, 2, 4"
-timeout 330 python -m mspec_lab gpu "${GPU_ARGS[@]}" --drafts-k 1 2 4 --draft-length 5 \
+timeout 300 python -m mspec_lab gpu "${GPU_ARGS[@]}" --drafts-k 1 2 4 --draft-length 5 \
   2>&1 | tee "$OUT/gpu.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
 echo "== 2. OPT at temperature 1: top-5, top-10, top-p 0.95, full vocabulary"
-timeout 420 python -m mspec_lab trained-draft-regime "${REGIME_ARGS[@]}" \
+timeout 240 python -m mspec_lab trained-draft-regime "${REGIME_ARGS[@]}" \
   --out "$OUT/opt_regime.json" 2>&1 | tee "$OUT/opt_regime.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
