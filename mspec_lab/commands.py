@@ -663,7 +663,7 @@ COMMANDS = {
     "trained-draft-train": Command("the trained draft's training, by distillation from SmolLM2-135M "
                                    "(mspec_lab/trained_draft/weights/)",
                                    _trained_draft_train_arguments, _trained_draft_train, MODELS),
-    "trained-draft-speed": Command("the trained draft's speed-up over plain sampling on this CPU, K = 1, 2, 4 and "
+    "trained-draft-speed": Command("the trained draft's token rate against plain sampling on this machine, K = 1, 2, 4 and "
                                    "L = 1..5 (results/offline_default/trained_draft.json)",
                                    _trained_draft_speed_arguments, _trained_draft_speed, MODELS),
     "trained-draft-curve": Command("what a round costs on this machine: the target's pass over 1..16 new tokens "

@@ -42,8 +42,9 @@ def test_summary_speedup_is_the_ratio_of_token_rates_on_the_same_prompts():
     assert row["speedup"] == pytest.approx((12 + 8) / (10 + 4))
     assert row["speedup_se"] == pytest.approx(ratio_se([12, 8], [10, 4])[1])
     assert row["block_efficiency"] == pytest.approx((4 + 2) / 2)
-    assert row["gpu_projected_speedup"] == pytest.approx(3 / (1 + 3 * 0.1))
     step = (0.1 + 0.1 + 0.2 + 1 / 3) / 4  # plain seconds per token, the mean over the four plain runs
+    # the flat-pass projection uses the measured draft step (not the weight share)
+    assert row["gpu_projected_speedup"] == pytest.approx(3 / (1 + 3 * (0.03 / 3 / step)))
     assert row["cost"]["target_pass_steps"] == pytest.approx(0.1 / step)
     assert row["cost"]["draft_step_steps"] == pytest.approx(0.03 / 3 / step)
     assert result["plain"][1]["tokens_per_s"] == pytest.approx(7.0)
