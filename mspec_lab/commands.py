@@ -499,6 +499,12 @@ def _trained_draft_speed_arguments(parser) -> None:
                             help=_quick_help(what, d.__dataclass_fields__[field].default, q.get(field, "")))
     parser.add_argument("--scheme", default=None, help=f"the rule for K > 1 (default {d.scheme})")
     parser.add_argument("--data-dir", default=None, help="the datasets' local samples (default $MSPEC_DATA_DIR)")
+    parser.add_argument("--prompts-file", default=None, metavar="PATH",
+                        help="your own prompts instead of the held-out ones, all of them (quick: the first): one "
+                             "prompt per line, or in a .jsonl file one JSON string or {\"prompt\": ...} per line")
+    parser.add_argument("--chat-template", action=argparse.BooleanOptionalAction, default=None,
+                        help="each prompt as a user turn of the tokenizer's chat template (default: on with "
+                             "--prompts-file, off for the held-out prompts, which the draft was trained on)")
     parser.add_argument("--out", default=str(SPEED_RESULTS_FILE),
                         help="the results file (default %(default)s, committed)")
 
@@ -507,9 +513,36 @@ def _trained_draft_speed(args) -> int:
     from mspec_lab.trained_draft.speed import TrainedDraftSpeedSettings, bench_trained_draft
 
     settings = _settings(TrainedDraftSpeedSettings, args, {name: name for name in (
-        "prompts", "max_new_tokens", "seed", "drafts_k", "draft_lengths", "threads", "scheme")})
+        "prompts", "max_new_tokens", "seed", "drafts_k", "draft_lengths", "threads", "scheme", "prompts_file",
+        "chat_template")})
     bench_trained_draft(settings, out=args.out, data_dir=args.data_dir,
                         command=" ".join(["python -m mspec_lab trained-draft-speed", *args.argv]))
+    return 0
+
+
+def _trained_draft_curve_arguments(parser) -> None:
+    from mspec_lab.trained_draft.speed import CURVE_RESULTS_FILE
+
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
+    parser.add_argument("--max-tokens", type=int, default=16, help="the widest pass, in new tokens (default "
+                                                                   "%(default)s)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per size, interleaved (default "
+                                                               "%(default)s)")
+    parser.add_argument("--device", default="cpu", help="where the models run: cpu or cuda (default %(default)s)")
+    parser.add_argument("--data-dir", default=None, help="the datasets' local samples (default $MSPEC_DATA_DIR)")
+    parser.add_argument("--out", default=str(CURVE_RESULTS_FILE),
+                        help="the results file (default %(default)s, committed)")
+
+
+def _trained_draft_curve(args) -> int:
+    from mspec_lab.trained_draft.speed import bench_pass_curve
+
+    for name in ("threads", "max_tokens", "repeats"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    bench_pass_curve(threads=args.threads, max_tokens=args.max_tokens, repeats=args.repeats, out=args.out,
+                     data_dir=args.data_dir, device=args.device,
+                     command=" ".join(["python -m mspec_lab trained-draft-curve", *args.argv]))
     return 0
 
 
@@ -635,9 +668,12 @@ COMMANDS = {
     "trained-draft-train": Command("the trained draft's training, by distillation from SmolLM2-135M "
                                    "(mspec_lab/trained_draft/weights/)",
                                    _trained_draft_train_arguments, _trained_draft_train, MODELS),
-    "trained-draft-speed": Command("the trained draft's speed-up over plain sampling on this CPU, K = 1, 2, 4 and "
+    "trained-draft-speed": Command("the trained draft's token rate against plain sampling on this machine, K = 1, 2, 4 and "
                                    "L = 1..5 (results/offline_default/trained_draft.json)",
                                    _trained_draft_speed_arguments, _trained_draft_speed, MODELS),
+    "trained-draft-curve": Command("what a round costs on this machine: the target's pass over 1..16 new tokens "
+                                   "and a draft step (results/offline_default/pass_curve.json)",
+                                   _trained_draft_curve_arguments, _trained_draft_curve, MODELS),
     "trained-draft-regime": Command("token-level acceptance of the trained draft at temperature 1 (top-5, top-10, "
                                     "top-p 0.95, full vocabulary) on the reproducing-the-paper chapter's positions, "
                                     "K = 2, 3, 4, 8 (results/offline_default/trained_regime.json)",

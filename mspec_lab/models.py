@@ -11,9 +11,13 @@ tokenizer, and a plain-words description of what runs):
   draft (:mod:`mspec_lab.trained_draft`): the target's first layers (shared), one
   trained adapter layer and an LM head over the most frequent tokens, distilled from the
   target's own samples (``python -m mspec_lab trained-draft-train``), weights committed in
-  ``mspec_lab/trained_draft/weights`` with their provenance. A draft step costs a small
-  fraction of a target step, so this pair is faster than plain sampling on a CPU
-  (``python -m mspec_lab trained-draft-speed``).
+  ``mspec_lab/trained_draft/weights`` with their provenance. A draft step costs 0.15 to 0.18
+  of a plain decoding step, but with about a third of its tokens accepted the pair at best
+  breaks even on a CPU: 1.03 ± 0.02 times plain sampling's token rate at K = 1, L = 1 (two
+  threads, a 2-core AMD EPYC machine, ``python -m mspec_lab trained-draft-speed``), and
+  0.4 to 0.8 times at every K > 1. Whether it pays on another machine depends on how the
+  target's pass grows with the drafted tokens there (``python -m mspec_lab
+  trained-draft-curve``; the live-decoding chapter measures it).
 * ``"smollm2-early-exit"`` (offline): the same target; the draft is its first 10 of 30
   layers plus the final norm and LM head (:func:`~mspec.lm.models.early_exit_model`, shares the weights).
   A draft step costs about half a target step (the LM head is a large share of a 135M

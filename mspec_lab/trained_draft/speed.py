@@ -1,4 +1,4 @@
-"""Wall-clock speed of the trained draft (preset ``"smollm2-distilled"``) on this CPU.
+"""Wall-clock speed of the trained draft (preset ``"smollm2-distilled"``) on the machine that runs it.
 
 :func:`bench_trained_draft` (command ``python -m mspec_lab trained-draft-speed``) decodes the
 held-out prompts of the three datasets (the first ones of
@@ -18,12 +18,25 @@ the **speed-up**: the decoding token rate (the prompt's prefill left out) over p
 sampling's on the same prompts, a ratio of sums with its standard error over prompts
 (``mspec_lab.experiments.results.ratio_se``).
 
+**Your prompts.** ``--prompts-file PATH`` runs the prompts of a file instead (one prompt per
+line; in a ``.jsonl`` file one JSON string or ``{"prompt": ...}`` per line, :func:`read_prompts`),
+each as a user turn of the tokenizer's chat template unless ``--no-chat-template``
+(:func:`prompt_token_ids`); the held-out prompts run as plain text unless ``--chat-template``.
+
 **Cost model.** Beside the measurements it prints where a round's time goes: a target pass
 over the K x (L + 1) drafted tokens in units of one plain decoding step, and one draft step.
-On this CPU the target pass grows with K x (L + 1), so K > 1 pays only while the extra
-accepted tokens outweigh the wider pass. On a GPU a pass over a few dozen tokens costs about
-one decoding step (memory bound), so the projected GPU speed-up is ``BE / (1 + L c)``, with
-``c`` the draft step's share of the target's weights (a model, not a measurement).
+On a CPU the target pass grows with K x (L + 1), so K > 1 pays only while the extra accepted
+tokens outweigh the wider pass: on the 2-core AMD EPYC machine of the committed run (one and
+two threads) K = 1, L = 1 broke even at best (1.03 ± 0.02x, two threads) and every K > 1 ran
+at 0.4 to 0.8x. The column "flat-pass projection" is ``BE / (1 + L c)`` with ``c`` the
+measured draft step: what a machine whose pass costs one step at any width (a memory-bound
+GPU) would give, a projection and not a measurement.
+
+**The pass curve.** :func:`pass_curve` (command ``python -m mspec_lab trained-draft-curve``,
+``results/offline_default/pass_curve.json``, with the machine, the threads and the command)
+times the target's cached pass over 1..16 new tokens and a draft step on the machine that
+runs it; :func:`predicted_speedup` turns the curve and a block efficiency into a projected
+speed-up, ``BE / (pass(K (L + 1)) + L c_K)``. The live-decoding chapter runs both live.
 
 The results go to ``results/offline_default/trained_draft.json`` (a ``settings`` list).
 ``TrainedDraftSpeedSettings.quick()`` is a smoke test of the pipeline (one prompt per dataset, few tokens).
@@ -41,11 +54,14 @@ import torch
 from mspec_lab.experiments.report import fmt, format_table, print_block, print_smoke_banner, smoke_test_fields
 from mspec_lab.experiments.results import mean_se, ratio_se
 
-__all__ = ["SETTING_FIELDS", "SPEED_RESULTS_FILE", "TrainedDraftSpeedSettings", "bench_trained_draft",
-           "load_trained_draft_speed", "summarize_speed"]
+__all__ = ["CURVE_RESULTS_FILE", "SETTING_FIELDS", "SPEED_RESULTS_FILE", "TrainedDraftSpeedSettings",
+           "bench_trained_draft", "load_pass_curve", "load_trained_draft_speed", "machine_name", "pass_curve",
+           "predicted_speedup", "read_prompts", "summarize_speed"]
 
 #: the committed results file, relative to the repository
 SPEED_RESULTS_FILE = Path("results") / "offline_default" / "trained_draft.json"
+#: the committed pass curve of ``python -m mspec_lab trained-draft-curve``, relative to the repository
+CURVE_RESULTS_FILE = Path("results") / "offline_default" / "pass_curve.json"
 #: the fields of every entry of the results file's ``settings`` list
 SETTING_FIELDS = ("num_drafts", "draft_length", "threads", "block_efficiency", "block_efficiency_se", "speedup",
                   "speedup_se", "n", "tokens_per_s", "acceptance_per_position", "cost", "gpu_projected_speedup")
@@ -69,6 +85,13 @@ class TrainedDraftSpeedSettings:
     scheme: str = "specinfer"
     seed: int = 0
     smoke_test: bool = False
+    #: a file of the reader's own prompts (:func:`read_prompts`) instead of the held-out ones:
+    #: all of them run (the first one under ``quick()``), and ``prompts`` is not used
+    prompts_file: str | None = None
+    #: each prompt as a user turn of the tokenizer's chat template; ``None``: on for a
+    #: ``prompts_file`` (an instruct target's own format), off for the held-out prompts (the
+    #: benchmarks' plain-text templates, which the trained draft was distilled on)
+    chat_template: bool | None = None
 
     @classmethod
     def quick(cls, **overrides) -> "TrainedDraftSpeedSettings":
@@ -91,6 +114,22 @@ class TrainedDraftSpeedSettings:
         if self.scheme not in SCHEMES or self.scheme == "single":
             raise ValueError(f"`scheme` (the rule for K > 1) must be a multi-draft scheme of mspec.SCHEMES, "
                              f"e.g. 'specinfer' or 'optimal'; got {self.scheme!r}")
+
+
+def benchmark_prompts(tokenizer, s: TrainedDraftSpeedSettings, data_dir=None) -> list[list[int]]:
+    """The token ids of the prompts ``s`` runs: those of ``s.prompts_file`` (chat template on
+    unless ``s.chat_template`` is False), else the held-out prompts (chat template only if
+    ``s.chat_template``)."""
+    if s.prompts_file is None:
+        if not s.chat_template:
+            return held_out_prompts(tokenizer, s.prompts, data_dir)
+        from mspec_lab.data import DATASETS, load_prompts
+
+        by_dataset = [[e.prompt for e in load_prompts(d, data_dir=data_dir, source="local")[:s.prompts]]
+                      for d in DATASETS]
+        return prompt_token_ids(tokenizer, [p for row in zip(*by_dataset) for p in row], True)
+    texts = read_prompts(s.prompts_file)[: 1 if s.smoke_test else None]
+    return prompt_token_ids(tokenizer, texts, s.chat_template is not False)
 
 
 def held_out_prompts(tokenizer, n: int, data_dir=None) -> list[list[int]]:
@@ -162,16 +201,17 @@ def summarize_speed(runs: dict, s: TrainedDraftSpeedSettings, draft_share: float
             rounds = [r for run in spec for r in run.rounds]
             be = mean_se([run.block_efficiency for run in spec])
             speedup = ratio_se([_rate(run) for run in spec], plain)
+            draft_step = float(np.mean([r.draft_time for r in rounds])) / length / step  # c, measured
             settings.append({
                 "num_drafts": k, "draft_length": length, "threads": threads,
                 "block_efficiency": be[0], "block_efficiency_se": be[1],
                 "speedup": speedup[0], "speedup_se": speedup[1], "n": speedup[2],
                 "tokens_per_s": mean_se([_rate(run) for run in spec])[0],
                 "acceptance_per_position": _acceptance(spec, length),
-                "cost": {"draft_step_steps": float(np.mean([r.draft_time for r in rounds]) / length / step),
+                "cost": {"draft_step_steps": draft_step,
                          "target_pass_steps": float(np.mean([r.target_time for r in rounds]) / step),
                          "overhead_steps": float(np.mean([r.selection_time + r.cache_time for r in rounds]) / step)},
-                "gpu_projected_speedup": be[0] / (1 + length * draft_share)})
+                "gpu_projected_speedup": be[0] / (1 + length * draft_step)})
     return {"plain": plain_rates, "settings": settings, "draft_share": draft_share}
 
 
@@ -183,20 +223,22 @@ def _report(result: dict, s: TrainedDraftSpeedSettings) -> None:
              f"{r['cost']['target_pass_steps']:.2f}", f"{r['cost']['draft_step_steps']:.3f}",
              f"{r['gpu_projected_speedup']:.2f}x"] for r in result["settings"]]
     header = ["threads", "K", "L", "acceptance by position", "block efficiency", "speed-up (CPU)",
-              "target pass / step", "draft step / step", "GPU model"]
+              "target pass / step", "draft step / step", "flat-pass projection"]
     plain = "; ".join(f"{t} thread(s): {fmt(p['tokens_per_s'], p['tokens_per_s_se'], 1, n=p['n'])} tokens/s"
                       for t, p in result["plain"].items())
     best = max(result["settings"], key=lambda r: r["speedup"])
-    notes = [f"plain sampling from the target: {plain}",
+    notes = [f"measured on {result.get('machine', 'this machine')}: {result.get('command') or 'in Python'}",
+             f"plain sampling from the target: {plain}",
              "acceptance by position: the share of the rounds reaching a draft position that keep its token "
              "('-': no round reached it)",
              f"best: K={best['num_drafts']}, L={best['draft_length']}, {best['threads']} thread(s): "
              f"{fmt(best['speedup'], best['speedup_se'], n=best['n'])}x plain sampling's token rate",
              "speed-up: decoding tokens/s over plain sampling's on the same prompts (ratio of sums, s.e. over prompts)",
              "target pass / step, draft step / step: a round's measured costs in plain decoding steps",
-             f"GPU model: BE / (1 + L c), c = {result['draft_share']:.3f} the draft step's share of the "
-             "target's weights, a target pass as cheap as one step (a model, not a measurement)"]
-    print_block("Trained draft (smollm2-distilled) against plain sampling, held-out prompts",
+             "flat-pass projection: BE / (1 + L c), c the measured draft step / step, for a machine whose "
+             "target pass costs one step at any width (a memory-bound GPU): a projection, not a measurement"]
+    prompts = f"the prompts of {s.prompts_file}" if s.prompts_file else "held-out prompts"
+    print_block(f"Trained draft (smollm2-distilled) against plain sampling, {prompts}",
                 format_table(header, rows), notes, smoke_test=s.smoke_test)
 
 
@@ -212,10 +254,10 @@ def bench_trained_draft(settings: TrainedDraftSpeedSettings | None = None, *,
     s = settings or TrainedDraftSpeedSettings()
     print_smoke_banner(s.smoke_test)
     pair = load_pair("smollm2-distilled", device="cpu")
-    prompts = held_out_prompts(pair.tokenizer, s.prompts, data_dir)
+    prompts = benchmark_prompts(pair.tokenizer, s, data_dir)
     runs = _runs(pair, prompts, s, log)
     result = {**smoke_test_fields(s.smoke_test), "pair": pair.description, "bench": asdict(s), "command": command,
-              "code": code_version(),
+              "machine": machine_name(), "code": code_version(),
               **summarize_speed(runs, s, weight_share(pair.draft_model, pair.target_model))}
     _report(result, s)
     if out is not None:
@@ -223,6 +265,33 @@ def bench_trained_draft(settings: TrainedDraftSpeedSettings | None = None, *,
         log(f"wrote {out}")
     return result
 
+
+
+def bench_pass_curve(*, threads: int = 1, max_tokens: int = 16, repeats: int = 5,
+                     out: str | Path | None = CURVE_RESULTS_FILE, data_dir=None, command: str | None = None,
+                     device: str = "cpu", log=print) -> dict:
+    """:func:`pass_curve` of the trained pair after the first held-out prompt, with ``threads``
+    torch threads: print it and write it to ``out`` (``None``: no file), with its provenance."""
+    from mspec_lab.experiments.paper_run import code_version
+    from mspec_lab.experiments.report import write_json
+    from mspec_lab.models import load_pair
+
+    torch.set_num_threads(threads)
+    pair = load_pair("smollm2-distilled", device=device)
+    prompt = held_out_prompts(pair.tokenizer, 1, data_dir)[0]
+    curve = pass_curve(pair.target_model, pair.draft_model, prompt, max_tokens=max_tokens, repeats=repeats,
+                       command=command)
+    result = {**curve, "pair": pair.description, "code": code_version()}
+    log(f"{curve['machine']}, {curve['threads']} thread(s), {curve['device']}: the target's pass over n new "
+        f"tokens after {curve['prefix']}, median of {repeats}")
+    for n, seconds, ratio in zip(curve["tokens"], curve["pass_s"], curve["pass_ratio"]):
+        log(f"  n = {n:>2}: {1e3 * seconds:7.1f} ms  {ratio:5.2f} one-token passes")
+    log("  draft step: " + ", ".join(f"{rows} row(s) {1e3 * t:.1f} ms" for rows, t in curve["draft_step_s"].items())
+        + f"; c = {curve['draft_share']:.3f}")
+    if out is not None:
+        write_json(Path(out), result)
+        log(f"wrote {out}")
+    return result
 
 
 def load_trained_draft_speed(path: str | Path | None = None) -> dict:
@@ -245,4 +314,151 @@ def load_trained_draft_speed(path: str | Path | None = None) -> dict:
     missing = {name for row in doc.get("settings", [None]) for name in SETTING_FIELDS if not row or name not in row}
     if missing:
         raise ValueError(f"{path}: settings without {sorted(missing)}: rerun `python -m mspec_lab trained-draft-speed`")
+    return doc
+
+
+# -- prompts of the reader's own ---------------------------------------------------------------------
+def read_prompts(path: str | Path) -> list[str]:
+    """The prompts of a file: one prompt per line, blank lines skipped; in a ``.jsonl`` file each
+    line is a JSON string or an object with a ``"prompt"`` field (so a prompt can hold newlines).
+
+    Raises:
+        ValueError: a file without prompts, or a ``.jsonl`` line that is neither.
+    """
+    import json
+
+    path = Path(path)
+    prompts = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        if path.suffix != ".jsonl":
+            prompts.append(line)
+            continue
+        value = json.loads(line)
+        value = value.get("prompt") if isinstance(value, dict) else value
+        if not isinstance(value, str):
+            raise ValueError(f"{path}:{number}: a .jsonl line must be a JSON string or an object with a "
+                             "string \"prompt\" field")
+        prompts.append(value)
+    if not prompts:
+        raise ValueError(f"{path}: no prompts (one a line; blank lines are skipped)")
+    return prompts
+
+
+def prompt_token_ids(tokenizer, prompts: list[str], chat_template: bool) -> list[list[int]]:
+    """Token ids of ``prompts``, each as one user turn of the tokenizer's chat template (with the
+    assistant's turn opened) when ``chat_template``, else as plain text."""
+    if chat_template and not getattr(tokenizer, "chat_template", None):
+        raise ValueError("--chat-template: this tokenizer has no chat template; use --no-chat-template")
+    if not chat_template:
+        return [tokenizer(p)["input_ids"] for p in prompts]
+    return [list(tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                               tokenize=True, return_dict=True)["input_ids"]) for p in prompts]
+
+
+# -- the pass curve: what a round costs on the machine that runs it ------------------------------------
+def machine_name(device=None) -> str:
+    """The machine in words: the GPU's name on CUDA, else the CPU's model name and core count."""
+    import os
+    import platform
+
+    if device is not None and torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(torch.device(device))
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{name}, {os.cpu_count()} cores ({torch.backends.cpu.get_cpu_capability()})"
+
+
+def _timed_forward(model, ids, rows: int, prefix: int, sync) -> float:
+    """Seconds of one cached forward pass of ``ids`` after ``prefix`` tokens, the cache restored."""
+    import time
+
+    if model.tokens.shape[0] != rows:
+        model.keep(0, prefix)
+        if rows > 1:
+            model.expand(rows)
+    sync()
+    start = time.perf_counter()
+    model.forward(ids.expand(rows, -1), last=ids.shape[1])
+    sync()
+    seconds = time.perf_counter() - start
+    model.keep(0, prefix)
+    if rows > 1:
+        model.expand(rows)
+    return seconds
+
+
+def pass_curve(target_model, draft_model, prompt_ids: list[int], *, max_tokens: int = 16, repeats: int = 5,
+               draft_rows: tuple[int, ...] = (1, 2, 4), command: str | None = None) -> dict:
+    """Time the target's cached pass over 1..``max_tokens`` new tokens and one draft step.
+
+    Both models first read ``prompt_ids`` into their KV caches; each timed call then feeds new
+    tokens after that prefix and the cache is cut back, so every call sees the same prefix. The
+    sizes are interleaved (one call of each size per repeat, ``repeats`` times, after one untimed
+    warm-up round), so a drift of the machine's speed falls on all of them; on CUDA each call is
+    synchronised. The draft step feeds one token to ``draft_rows`` rows (K drafts).
+
+    Returns:
+        ``{"machine", "device", "threads", "command", "prefix", "repeats", "tokens": [1..n],
+        "pass_s": median seconds per size, "pass_ratio": pass_s / pass_s[0], "draft_step_s":
+        {rows: median seconds}, "draft_share": one-row draft step / one-token pass (c)}``.
+    """
+    from mspec.lm.cache import CachedModel, model_device
+
+    device = model_device(target_model)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    prefix = torch.tensor([prompt_ids], device=device)
+    new = torch.tensor([[prompt_ids[i % len(prompt_ids)] for i in range(max_tokens)]], device=device)
+    target, draft = CachedModel(target_model), CachedModel(draft_model)
+    with torch.inference_mode():
+        target.forward(prefix), draft.forward(prefix.to(draft.device))
+        pass_s = {n: [] for n in range(1, max_tokens + 1)}
+        step_s = {rows: [] for rows in draft_rows}
+        for repeat in range(repeats + 1):  # the first round warms up, untimed
+            for n, times in pass_s.items():
+                times.append(_timed_forward(target, new[:, :n], 1, len(prompt_ids), sync))
+            for rows, times in step_s.items():
+                times.append(_timed_forward(draft, new[:, :1].to(draft.device), rows, len(prompt_ids), sync))
+    medians = [float(np.median(times[1:])) for times in pass_s.values()]
+    steps = {rows: float(np.median(times[1:])) for rows, times in step_s.items()}
+    return {"machine": machine_name(device), "device": device.type, "threads": torch.get_num_threads(),
+            "command": command, "prefix": len(prompt_ids), "repeats": repeats, "tokens": list(pass_s),
+            "pass_s": medians, "pass_ratio": [m / medians[0] for m in medians], "draft_step_s": steps,
+            "draft_share": steps[min(steps)] / medians[0]}
+
+
+def predicted_speedup(curve: dict, block_efficiency: float, num_drafts: int, draft_length: int) -> float:
+    """``BE / (pass(K (L + 1)) + L c_K)``: the token rate over plain sampling's that a round of
+    block efficiency ``BE`` would give on the machine of ``curve`` (:func:`pass_curve`), with the
+    pass over the round's K rows of L + 1 tokens read as a pass over K (L + 1) tokens and
+    ``c_K`` the draft step over K rows, both in one-token passes (a projection, not a measurement:
+    it leaves out sampling, the scheme's selection and the cache's bookkeeping). NaN when
+    K (L + 1) is beyond the curve."""
+    width = num_drafts * (draft_length + 1)
+    if width > len(curve["pass_ratio"]):
+        return float("nan")
+    steps = {int(rows): s for rows, s in curve["draft_step_s"].items()}
+    rows = min((r for r in steps if r >= num_drafts), default=max(steps))
+    draft = steps[rows] * num_drafts / rows / curve["pass_s"][0]
+    return block_efficiency / (curve["pass_ratio"][width - 1] + draft_length * draft)
+
+
+def load_pass_curve(path: str | Path | None = None) -> dict:
+    """Read a pass curve written by ``python -m mspec_lab trained-draft-curve`` (default: the
+    committed one, :data:`CURVE_RESULTS_FILE`)."""
+    import json
+
+    from mspec_lab.experiments.paper_run import committed_file
+
+    path = Path(path) if path is not None else committed_file(CURVE_RESULTS_FILE)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no pass curve; write one with "
+                                f"`python -m mspec_lab trained-draft-curve --out {path}`")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["draft_step_s"] = {int(rows): s for rows, s in doc["draft_step_s"].items()}
     return doc
