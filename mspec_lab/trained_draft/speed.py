@@ -21,7 +21,7 @@ sampling's on the same prompts, a ratio of sums with its standard error over pro
 **Your prompts.** ``--prompts-file PATH`` runs the prompts of a file instead (one prompt per
 line; in a ``.jsonl`` file one JSON string or ``{"prompt": ...}`` per line, :func:`read_prompts`),
 each as a user turn of the tokenizer's chat template unless ``--no-chat-template``
-(:func:`prompt_token_ids`); the held-out prompts run as plain text unless ``--chat-template``.
+(``prompt_token_ids``); the held-out prompts run as plain text unless ``--chat-template``.
 
 **Cost model.** Beside the measurements it prints where a round's time goes: a target pass
 over the K x (L + 1) drafted tokens in units of one plain decoding step, and one draft step.
@@ -404,9 +404,10 @@ def pass_curve(target_model, draft_model, prompt_ids: list[int], *, max_tokens: 
     synchronised. The draft step feeds one token to ``draft_rows`` rows (K drafts).
 
     Returns:
-        ``{"machine", "device", "threads", "command", "prefix", "repeats", "tokens": [1..n],
-        "pass_s": median seconds per size, "pass_ratio": pass_s / pass_s[0], "draft_step_s":
-        {rows: median seconds}, "draft_share": one-row draft step / one-token pass (c)}``.
+        A dict with ``machine``, ``device``, ``threads``, ``command``, ``prefix``, ``repeats``,
+        ``tokens`` (1..n), ``pass_s`` (median seconds per size), ``pass_ratio`` (``pass_s``
+        over the one-token pass), ``draft_step_s`` (rows -> median seconds) and ``draft_share``
+        (the one-row draft step over the one-token pass, ``c``).
     """
     from mspec.lm.cache import CachedModel, model_device
 
