@@ -26,8 +26,9 @@ HIDDEN_CODE = {"remove-cell", "remove-input"}
 #: code that loads a language model or runs torch kernels (the marks of tests/test_structure.py)
 LOADS_MODELS = re.compile(r"^\s*(import torch|from torch)|load_pair\(|make_pair\(|ForCausalLM|tiny_lm",
                           re.MULTILINE)
-#: one notebook's visible cells may take this long (chapters 8 and 9 load SmolLM2)
-TIMEOUT_S = 1800
+#: one visible cell may take this long (chapters 8 and 9 load SmolLM2; their longest cells
+#: take a few minutes on two busy cores)
+TIMEOUT_S = 600
 
 
 def visible_code(cells: list[dict]) -> list[str]:
@@ -38,20 +39,36 @@ def visible_code(cells: list[dict]) -> list[str]:
 
 def run_cells(sources: list[str], cwd: Path) -> str | None:
     """Run ``sources`` as the code cells of a fresh notebook; the first error, or ``None``."""
+    import tempfile
+
     import nbformat
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
 
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
-    client = NotebookClient(notebook, timeout=TIMEOUT_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(cwd)}})
+    # the kernel talks over Unix sockets, not TCP ports: under pytest-xdist other workers start
+    # kernels (nbval) at the same moment, and TCP ports picked as "free" can race between them
+    with tempfile.TemporaryDirectory(prefix="mspec-kernel-") as sockets:
+        manager = KernelManager(kernel_name="python3", transport="ipc", ip=f"{sockets}/kernel")
+        client = NotebookClient(notebook, km=manager, timeout=TIMEOUT_S,
+                                resources={"metadata": {"path": str(cwd)}})
+        error = _first_error(client)
+    if error is None:
+        return None
+    index = next((i for i, cell in enumerate(notebook.cells)
+                  if any(o.get("output_type") == "error" for o in cell.get("outputs", []))), None)
+    source = sources[index].strip().splitlines()[0] if index is not None else "?"
+    return f"visible code cell {index} ({source!r}) fails: {error.ename}: {error.evalue}"
+
+
+def _first_error(client):
+    """Run ``client``'s notebook; the ``CellExecutionError`` it raised, or ``None``."""
+    from nbclient.exceptions import CellExecutionError
+
     try:
         client.execute()
     except CellExecutionError as error:
-        index = next((i for i, cell in enumerate(notebook.cells)
-                      if any(o.get("output_type") == "error" for o in cell.get("outputs", []))), None)
-        source = sources[index].strip().splitlines()[0] if index is not None else "?"
-        return f"visible code cell {index} ({source!r}) fails: {error.ename}: {error.evalue}"
+        return error
     return None
 
 
