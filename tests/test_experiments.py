@@ -64,7 +64,7 @@ def stored(folder, names=SWEEP_FILES) -> dict:
 # -- the command line ----------------------------------------------------------------------------
 def test_every_command_is_listed(capsys):
     assert set(COMMANDS) == {"token-level", "optimal", "gpu", "experiments", "acceptance", "decoding", "rounds",
-                             "paper-run", "round-rules", "trained-draft-train", "trained-draft-speed",
+                             "paper-run", "round-rules", "trained-draft-train", "trained-draft-speed", "trained-draft-curve",
                              "trained-draft-regime"}
     with pytest.raises(SystemExit) as stop:
         main(["--help"])
