@@ -412,7 +412,7 @@ def pass_curve(target_model, draft_model, prompt_ids: list[int], *, max_tokens: 
     from mspec.lm.cache import CachedModel, model_device
 
     device = model_device(target_model)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     prefix = torch.tensor([prompt_ids], device=device)
     new = torch.tensor([[prompt_ids[i % len(prompt_ids)] for i in range(max_tokens)]], device=device)
     target, draft = CachedModel(target_model), CachedModel(draft_model)
