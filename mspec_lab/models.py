@@ -11,11 +11,11 @@ tokenizer, and a plain-words description of what runs):
   draft (:mod:`mspec_lab.trained_draft`): the target's first layers (shared), one
   trained adapter layer and an LM head over the most frequent tokens, distilled from the
   target's own samples (``python -m mspec_lab trained-draft-train``), weights committed in
-  ``mspec_lab/trained_draft/weights`` with their provenance. A draft step costs 0.15 to 0.18
-  of a plain decoding step, but with about a third of its tokens accepted the pair at best
-  breaks even on a CPU: 1.03 ± 0.02 times plain sampling's token rate at K = 1, L = 1 (two
-  threads, a 2-core AMD EPYC machine, ``python -m mspec_lab trained-draft-speed``), and
-  0.4 to 0.8 times at every K > 1. Whether it pays on another machine depends on how the
+  ``mspec_lab/trained_draft/weights`` with their provenance. A draft step costs 0.15 to 0.17
+  of a plain decoding step, but with about a third of its tokens accepted the pair does not
+  pay on a CPU: at best 0.78 ± 0.02 times plain sampling's token rate (K = 2, L = 1, one
+  thread, a 2-core AMD EPYC machine, ``python -m mspec_lab trained-draft-speed``), 0.72 ±
+  0.02 at K = 1, L = 1. Whether it pays on another machine depends on how the
   target's pass grows with the drafted tokens there (``python -m mspec_lab
   trained-draft-curve``; the live-decoding chapter measures it).
 * ``"smollm2-early-exit"`` (offline): the same target; the draft is its first 10 of 30

@@ -13,8 +13,8 @@ In reading order:
 * ``weights/``: the committed weights (adapter, norm, token list: ``adapter.safetensors``) and
   the provenance of the run that trained them (``provenance.json``), shipped with the package.
 * :mod:`~mspec_lab.trained_draft.speed`: its token rate against plain sampling on the
-  machine that runs it (at best break-even, 1.03 ± 0.02x at K = 1, L = 1, two threads, on the
-  2-core AMD EPYC machine of the committed run), command ``python -m mspec_lab
+  machine that runs it (at best 0.78 ± 0.02x plain sampling, K = 2, L = 1, one thread, on
+  the 2-core AMD EPYC machine of the committed run: no speed-up there), command ``python -m mspec_lab
   trained-draft-speed`` (``results/offline_default/trained_draft.json``); and that machine's
   pass curve, command ``python -m mspec_lab trained-draft-curve``
   (``results/offline_default/pass_curve.json``).

@@ -27,8 +27,12 @@ each as a user turn of the tokenizer's chat template unless ``--no-chat-template
 over the K x (L + 1) drafted tokens in units of one plain decoding step, and one draft step.
 On a CPU the target pass grows with K x (L + 1), so K > 1 pays only while the extra accepted
 tokens outweigh the wider pass: on the 2-core AMD EPYC machine of the committed run (one and
-two threads) K = 1, L = 1 broke even at best (1.03 ± 0.02x, two threads) and every K > 1 ran
-at 0.4 to 0.8x. The column "flat-pass projection" is ``BE / (1 + L c)`` with ``c`` the
+two threads) no setting paid: at best 0.78 ± 0.02x (K = 2, L = 1, whose 4-token pass costs
+less there than a 2-token one), 0.72 ± 0.02x at K = 1, L = 1, and 0.39 to 0.71x at K = 4.
+A run of the same command on a virtual machine sold under the same name (2-core AMD EPYC,
+AVX512) measured a 2-token pass at 1.11 steps, not 1.6, and K = 1, L = 1 at 1.01 ± 0.03x:
+the name of a machine does not pin its curve, so a speed-up is quoted with the curve
+measured beside it. The column "flat-pass projection" is ``BE / (1 + L c)`` with ``c`` the
 measured draft step: what a machine whose pass costs one step at any width (a memory-bound
 GPU) would give, a projection and not a measurement.
 
